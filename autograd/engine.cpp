@@ -1,0 +1,100 @@
+// engine.cpp — reverse-mode backward over the recorded graph.
+//
+// 1. Count, for every node reachable from the root, how many edges lead into it.
+// 2. Start with the root's gradient; repeatedly run the ready node with the
+//    highest sequence number (the most recently recorded op first, leaves'
+//    AccumulateGrad nodes before anything else), adding each gradient it
+//    returns into its target's buffer. A node is ready when every edge into it
+//    has delivered, so its buffer holds its complete gradient.
+// 3. Unless retain_graph, each node drops its saved tensors right after it ran:
+//    activations are freed while backward is still going.
+#include <queue>
+#include <unordered_map>
+
+#include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/autograd/node.h"
+#include "ringgrad/core/factory.h"
+#include "ringgrad/core/ops.h"
+
+namespace ringgrad::autograd {
+namespace {
+
+struct LaterFirst {
+  bool operator()(const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) const {
+    return a->sequence_nr < b->sequence_nr;
+  }
+};
+
+std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& root) {
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{root.get()};
+  std::unordered_map<Node*, bool> seen{{root.get(), true}};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.node) continue;
+      ++deps[e.node.get()];
+      if (!seen[e.node.get()]) {
+        seen[e.node.get()] = true;
+        stack.push_back(e.node.get());
+      }
+    }
+  }
+  return deps;
+}
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+  RG_CHECK(root.requires_grad(), "backward",
+           "expected a tensor that requires grad, got ", root.describe(),
+           " with no graph (did an input have requires_grad=true? was it made under NoGradGuard?)");
+  Tensor grad;
+  if (gradient.defined()) {
+    RG_CHECK(gradient.shape() == root.shape(), "backward", "expected a gradient of shape ",
+             shape_str(root.shape()), ", got ", shape_str(gradient.shape()));
+    RG_CHECK(gradient.dtype() == root.dtype() && gradient.device() == root.device(), "backward",
+             "expected a gradient of ", root.dtype(), " on ", root.device(), ", got ",
+             gradient.describe());
+    grad = gradient.detach();
+  } else {
+    RG_CHECK(root.numel() == 1, "backward",
+             "expected a scalar output (or an explicit gradient), got shape ",
+             shape_str(root.shape()), ": call backward(gradient) or reduce it first, e.g. .sum()");
+    grad = ones_like(root);
+  }
+
+  NoGradGuard no_grad;  // backward computes plain numbers; it records nothing
+  std::shared_ptr<Node> start = gradient_edge(root).node;
+  std::unordered_map<Node*, int> deps = count_dependencies(start);
+  std::unordered_map<Node*, Tensor> buffers;
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, LaterFirst> ready;
+  buffers[start.get()] = grad;
+  ready.push(start);
+
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    Tensor g;
+    if (auto it = buffers.find(node.get()); it != buffers.end()) {
+      g = std::move(it->second);
+      buffers.erase(it);
+    }
+    // A node that received no gradient at all (every path into it was cut) is
+    // skipped, but still releases its children's dependency counts.
+    Grads grads = g.defined() ? node->apply(std::move(g)) : Grads(node->next.size());
+    if (!retain_graph) node->release();
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      const std::shared_ptr<Node>& next = node->next[i].node;
+      if (!next) continue;
+      if (i < grads.size() && grads[i].defined()) {
+        Tensor& buf = buffers[next.get()];
+        buf = buf.defined() ? add(buf, grads[i]) : std::move(grads[i]);
+      }
+      if (--deps[next.get()] == 0) ready.push(next);
+    }
+  }
+}
+
+}  // namespace ringgrad::autograd

@@ -1,0 +1,72 @@
+// node.cpp — graph nodes: closures recorded by ops, and gradient accumulation into leaves.
+#include "ringgrad/autograd/node.h"
+
+#include <atomic>
+#include <limits>
+
+#include "ringgrad/autograd/function.h"
+#include "ringgrad/core/ops.h"
+
+namespace ringgrad::autograd {
+
+static std::atomic<uint64_t> next_sequence_nr{0};
+
+Node::Node(const char* name_) : name(name_), sequence_nr(next_sequence_nr.fetch_add(1)) {}
+
+Grads FunctionNode::apply(Tensor grad) {
+  RG_CHECK(backward != nullptr, "backward",
+           "expected a graph with its saved tensors, got one already freed by an earlier "
+           "backward() through '", name, "': pass retain_graph=true to the first backward()");
+  std::vector<bool> needs(next.size());
+  for (size_t i = 0; i < next.size(); ++i) needs[i] = next[i].node != nullptr;
+  Grads grads = backward(grad, needs);
+  RG_ASSERT(grads.size() == next.size());
+  return grads;
+}
+
+// Runs as soon as it is ready (highest priority), so a leaf's hooks fire as early as possible.
+AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf_)
+    : Node("AccumulateGrad"), leaf(leaf_) {
+  sequence_nr = std::numeric_limits<uint64_t>::max();
+}
+
+Grads AccumulateGrad::apply(Tensor grad) {
+  std::shared_ptr<TensorImpl> impl = leaf.lock();
+  if (!impl) return {};
+  RG_ASSERT(grad.shape() == impl->shape);
+  if (impl->grad) {
+    impl->grad = add(Tensor(impl->grad), grad).impl_ptr();
+  } else {
+    // Keep the gradient only if nothing else can see it; otherwise own a copy,
+    // so a later in-place update of .grad never changes another tensor.
+    bool exclusive = grad.impl_ptr().use_count() == 1 && grad.storage().use_count() == 1 &&
+                     grad.is_contiguous() && grad.offset() == 0;
+    impl->grad = (exclusive ? grad : grad.clone()).impl_ptr();
+  }
+  Tensor leaf_tensor(impl);
+  for (auto& hook : impl->post_accumulate_grad_hooks) hook(leaf_tensor);
+  return {};
+}
+
+Edge gradient_edge(const Tensor& t) {
+  TensorImpl& impl = t.impl();
+  if (impl.grad_fn) return {impl.grad_fn};
+  if (!impl.requires_grad) return {nullptr};
+  std::shared_ptr<Node> acc = impl.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    impl.grad_accumulator = acc;
+  }
+  return {acc};
+}
+
+void attach(Tensor& out, const char* name, const std::vector<const Tensor*>& inputs,
+            FunctionNode::BackwardFn fn) {
+  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+  node->next.reserve(inputs.size());
+  for (const Tensor* t : inputs) node->next.push_back(gradient_edge(*t));
+  out.impl().grad_fn = std::move(node);
+  out.impl().requires_grad = true;
+}
+
+}  // namespace ringgrad::autograd

@@ -1,0 +1,65 @@
+// node.h — the autograd graph.
+//
+// Every op that has an input requiring grad gives its output a Node: the op's
+// name, one Edge per input (to the node that made that input, or to the leaf's
+// AccumulateGrad), and a backward closure that maps the output's gradient to
+// one gradient per input. Ops build nodes with autograd::record (function.h),
+// right after their forward computation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "ringgrad/core/tensor.h"
+
+namespace ringgrad::autograd {
+
+using Grads = std::vector<Tensor>;  // one entry per input; undefined = no gradient
+
+struct Node;
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null: that input needs no gradient
+};
+
+struct Node {
+  explicit Node(const char* name);
+  virtual ~Node() = default;
+
+  const char* name;
+  uint64_t sequence_nr;  // creation order; backward runs the newest ready node first
+  std::vector<Edge> next;
+
+  // grad: gradient w.r.t. this node's output. Returns one gradient per `next` edge.
+  virtual Grads apply(Tensor grad) = 0;
+  // Drop saved tensors after backward (unless retain_graph).
+  virtual void release() = 0;
+};
+
+// A node whose backward is a closure (what autograd::record makes).
+struct FunctionNode : Node {
+  using BackwardFn = std::function<Grads(const Tensor& grad, const std::vector<bool>& needs)>;
+  FunctionNode(const char* name, BackwardFn fn) : Node(name), backward(std::move(fn)) {}
+  Grads apply(Tensor grad) override;
+  void release() override { backward = nullptr; }
+  BackwardFn backward;
+};
+
+// The sink for a leaf's gradient: adds it into leaf.grad, then runs the leaf's
+// post-accumulate hooks (data parallelism hangs its all-reduce there).
+struct AccumulateGrad : Node {
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf);
+  Grads apply(Tensor grad) override;
+  void release() override {}
+  std::weak_ptr<TensorImpl> leaf;
+};
+
+// The edge that a tensor contributes as an op input (null if it needs no grad).
+Edge gradient_edge(const Tensor& t);
+
+// Run backward from `root` with initial gradient `grad` (engine.cpp).
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+}  // namespace ringgrad::autograd

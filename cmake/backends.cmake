@@ -1,0 +1,53 @@
+# backends.cmake — decide which optional backends this build has.
+#
+# Each backend has a real source set and a stub set; exactly one of the two is
+# compiled, so the rest of the code never needs #ifdef. Outputs:
+#   RINGGRAD_HAVE_CUDA, RINGGRAD_HAVE_MPI   ON/OFF
+#   RINGGRAD_BACKEND_SOURCES                sources to add to the library
+#   RINGGRAD_BACKEND_LIBS                   libraries to link publicly
+
+set(RINGGRAD_BACKEND_SOURCES)
+set(RINGGRAD_BACKEND_LIBS)
+
+# ---- CUDA ----
+set(RINGGRAD_HAVE_CUDA OFF)
+if(NOT RINGGRAD_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      # sm_90 (H100/H200) machine code plus PTX that newer GPUs can JIT.
+      set(CMAKE_CUDA_ARCHITECTURES "90-real;90-virtual")
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+  endif()
+  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)
+    set(RINGGRAD_HAVE_CUDA ON)
+  elseif(RINGGRAD_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "RINGGRAD_CUDA=ON but no CUDA compiler/toolkit was found "
+                        "(is nvcc on PATH? try -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)")
+  endif()
+endif()
+if(RINGGRAD_HAVE_CUDA)
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  file(GLOB cuda_sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/core/cuda/*.cu)
+  list(APPEND RINGGRAD_BACKEND_SOURCES ${cuda_sources})
+  list(APPEND RINGGRAD_BACKEND_LIBS CUDA::cudart)
+else()
+  list(APPEND RINGGRAD_BACKEND_SOURCES ${CMAKE_SOURCE_DIR}/core/cuda/stub.cpp)
+endif()
+
+# ---- MPI ----
+set(RINGGRAD_HAVE_MPI OFF)
+if(NOT RINGGRAD_MPI STREQUAL "OFF")
+  find_package(MPI COMPONENTS CXX QUIET)
+  if(MPI_CXX_FOUND)
+    set(RINGGRAD_HAVE_MPI ON)
+  elseif(RINGGRAD_MPI STREQUAL "ON")
+    message(FATAL_ERROR "RINGGRAD_MPI=ON but no MPI was found (Debian: apt-get install libopenmpi-dev)")
+  endif()
+endif()
+
+message(STATUS "ringgrad: CUDA backend ${RINGGRAD_HAVE_CUDA}, MPI ${RINGGRAD_HAVE_MPI}")

@@ -1,0 +1,132 @@
+// backend.h — the seam between ops and devices (internal header).
+//
+// Ops in core/ do the checking, shape arithmetic and autograd once; they then
+// hand raw strided views to the Backend of their device, which only moves and
+// computes numbers. core/cpu implements it always; core/cuda implements it in a
+// CUDA build, and in a build without CUDA a stub throws "[op] built without CUDA".
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "ringgrad/core/tensor.h"
+
+namespace ringgrad {
+
+inline constexpr int kMaxDims = 8;
+
+// A raw strided view: what a kernel needs to know about one operand.
+struct TensorRef {
+  void* data = nullptr;  // first element
+  DType dtype = kFloat32;
+  int ndim = 0;
+  std::array<int64_t, kMaxDims> shape{};
+  std::array<int64_t, kMaxDims> strides{};  // in elements (0 = broadcast)
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= shape[i];
+    return n;
+  }
+};
+
+// View of `t`; with `as_shape` given, t is broadcast to it (strides 0 on new dims).
+TensorRef ref(const Tensor& t);
+TensorRef ref(const Tensor& t, const Shape& as_shape);
+
+enum class UnaryOp {
+  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, GeluErf, GeluTanh, Abs, Clamp, PowScalar
+};
+
+enum class BinaryOp {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
+  Eq, Ne, Lt, Le, Gt, Ge,  // produce bool
+  // fused backward kernels: (grad, saved) -> grad_input
+  ReluBackward,      // (g, x):  g * (x > 0)
+  GeluErfBackward,   // (g, x):  g * gelu'(x)
+  GeluTanhBackward,  // (g, x):  g * gelu_tanh'(x)
+  SigmoidBackward,   // (g, y):  g * y * (1 - y)
+  TanhBackward,      // (g, y):  g * (1 - y²)
+  AbsBackward,       // (g, x):  g * sign(x)
+};
+
+enum class ReduceOp { Sum, Max, Min, LogSumExp, ArgMax, ArgMin };
+
+enum class RandomDist { Uniform, Normal, Integer };
+
+// out(b) = a(b) · b(b) for b < batch; a is (m,k), b is (k,n), c is (m,n) row-major
+// contiguous. Each of a and b is either row-major (col stride 1) or column-major
+// (row stride 1): transposes are read in place. Batch strides may be 0 (broadcast).
+struct GemmArgs {
+  DType dtype = kFloat32;
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t a_batch_stride = 0, a_row_stride = 0, a_col_stride = 0;
+  const void* b = nullptr;
+  int64_t b_batch_stride = 0, b_row_stride = 0, b_col_stride = 0;
+  void* c = nullptr;
+  int64_t c_batch_stride = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // memory
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t nbytes) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t nbytes) = 0;
+
+  // elementwise; out has the full (broadcast) shape, inputs carry broadcast strides
+  virtual void fill(const TensorRef& out, double value) = 0;
+  virtual void copy(const TensorRef& src, const TensorRef& dst) = 0;  // converts dtype
+  virtual void unary(UnaryOp op, const TensorRef& in, const TensorRef& out, double p0,
+                     double p1) = 0;
+  virtual void binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
+                      const TensorRef& out) = 0;
+  virtual void where(const TensorRef& cond, const TensorRef& a, const TensorRef& b,
+                     const TensorRef& out) = 0;
+  virtual void arange(const TensorRef& out, double start, double step) = 0;  // out contiguous
+  virtual void random(const TensorRef& out, RandomDist dist, uint64_t seed, uint64_t offset,
+                      double p0, double p1) = 0;  // out contiguous
+
+  // Reduce a contiguous [outer, r, inner] block over r into out [outer, inner].
+  virtual void reduce(ReduceOp op, const TensorRef& in, const TensorRef& out, int64_t outer,
+                      int64_t r, int64_t inner) = 0;
+  // Softmax / log-softmax of a contiguous [outer, r, inner] block over r.
+  virtual void softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
+                       int64_t inner, bool log) = 0;
+  // Gradient of (log-)softmax given its output y and the incoming gradient g (all contiguous).
+  virtual void softmax_backward(const TensorRef& g, const TensorRef& y, const TensorRef& out,
+                                int64_t outer, int64_t r, int64_t inner, bool log) = 0;
+
+  virtual void gemm(const GemmArgs& args) = 0;
+
+  // Indexing over contiguous [outer, d, inner] blocks; indices are int64 and checked.
+  // index_select: out[o, i, j] = in[o, index[i], j]             (index 1-D, length n)
+  virtual void index_select(const TensorRef& in, const TensorRef& index, const TensorRef& out,
+                            int64_t outer, int64_t d, int64_t n, int64_t inner) = 0;
+  // index_add: out[o, index[i], j] += src[o, i, j]
+  virtual void index_add(const TensorRef& out, const TensorRef& index, const TensorRef& src,
+                         int64_t outer, int64_t d, int64_t n, int64_t inner) = 0;
+  // gather: out[o, i, j] = in[o, index[o, i, j], j]            (index [outer, n, inner])
+  virtual void gather(const TensorRef& in, const TensorRef& index, const TensorRef& out,
+                      int64_t outer, int64_t d, int64_t n, int64_t inner) = 0;
+  // scatter_add: out[o, index[o, i, j], j] += src[o, i, j]
+  virtual void scatter_add(const TensorRef& out, const TensorRef& index, const TensorRef& src,
+                           int64_t outer, int64_t d, int64_t n, int64_t inner) = 0;
+};
+
+// The backend for `device`; `op` names the calling op for the error a build
+// without CUDA gives ("[matmul] built without CUDA").
+Backend& backend(Device device, const char* op);
+
+namespace cpu {
+Backend& backend();
+}
+namespace cuda {
+Backend& backend(const char* op);  // core/cuda (or its stub)
+}
+
+}  // namespace ringgrad

@@ -1,0 +1,49 @@
+// cpu_backend.h — the CPU implementation of Backend (internal).
+//
+// Plain loops over strided memory (loops.h), Eigen for GEMM, OpenMP threads for
+// work big enough to split. This backend is the reference every other one is
+// tested against.
+#pragma once
+
+#include "ringgrad/core/backend.h"
+
+namespace ringgrad::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* ptr, size_t nbytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
+  void copy_from_host(void* dst, const void* host_src, size_t nbytes) override;
+
+  void fill(const TensorRef& out, double value) override;
+  void copy(const TensorRef& src, const TensorRef& dst) override;
+  void unary(UnaryOp op, const TensorRef& in, const TensorRef& out, double p0,
+             double p1) override;
+  void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
+  void where(const TensorRef& cond, const TensorRef& a, const TensorRef& b,
+             const TensorRef& out) override;
+  void arange(const TensorRef& out, double start, double step) override;
+  void random(const TensorRef& out, RandomDist dist, uint64_t seed, uint64_t offset, double p0,
+              double p1) override;
+
+  void reduce(ReduceOp op, const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
+              int64_t inner) override;
+  void softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
+               int64_t inner, bool log) override;
+  void softmax_backward(const TensorRef& g, const TensorRef& y, const TensorRef& out,
+                        int64_t outer, int64_t r, int64_t inner, bool log) override;
+
+  void gemm(const GemmArgs& args) override;
+
+  void index_select(const TensorRef& in, const TensorRef& index, const TensorRef& out,
+                    int64_t outer, int64_t d, int64_t n, int64_t inner) override;
+  void index_add(const TensorRef& out, const TensorRef& index, const TensorRef& src,
+                 int64_t outer, int64_t d, int64_t n, int64_t inner) override;
+  void gather(const TensorRef& in, const TensorRef& index, const TensorRef& out, int64_t outer,
+              int64_t d, int64_t n, int64_t inner) override;
+  void scatter_add(const TensorRef& out, const TensorRef& index, const TensorRef& src,
+                   int64_t outer, int64_t d, int64_t n, int64_t inner) override;
+};
+
+}  // namespace ringgrad::cpu

@@ -1,0 +1,211 @@
+// elementwise.cpp — CPU fill, copy, unary, binary, where, arange and random kernels.
+//
+// Each kernel is a row function for for_each_row (loops.h) around the shared
+// math in kernel_math.h. Rows whose operands are all unit-stride take a plain
+// indexed loop that the compiler vectorises; others step by their strides.
+#include <cmath>
+#include <cstring>
+
+#include "ringgrad/core/cpu/cpu_backend.h"
+#include "ringgrad/core/cpu/loops.h"
+#include "ringgrad/core/kernel_math.h"
+
+namespace ringgrad::cpu {
+
+// Apply out[i] = f(in[i]) over strided rows (In and Out may differ in type).
+template <typename In, typename Out, typename F>
+static void map1(const TensorRef& in, const TensorRef& out, F f) {
+  for_each_row<2>({&out, &in}, [&](auto& p, int64_t n, auto& s) {
+    Out* o = reinterpret_cast<Out*>(p[0]);
+    const In* x = reinterpret_cast<const In*>(p[1]);
+    if (s[0] == 1 && s[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]]);
+    }
+  });
+}
+
+// Apply out[i] = f(a[i], b[i]); a scalar-broadcast operand (stride 0) gets its own fast path.
+template <typename In, typename Out, typename F>
+static void map2(const TensorRef& a, const TensorRef& b, const TensorRef& out, F f) {
+  for_each_row<3>({&out, &a, &b}, [&](auto& p, int64_t n, auto& s) {
+    Out* o = reinterpret_cast<Out*>(p[0]);
+    const In* x = reinterpret_cast<const In*>(p[1]);
+    const In* y = reinterpret_cast<const In*>(p[2]);
+    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    } else if (s[0] == 1 && s[1] == 1 && s[2] == 0) {
+      const In yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+    } else if (s[0] == 1 && s[1] == 0 && s[2] == 1) {
+      const In xv = *x;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]]);
+    }
+  });
+}
+
+void CpuBackend::fill(const TensorRef& out, double value) {
+  dispatch_all(out.dtype, [&]<typename T>() {
+    const T v = static_cast<T>(value);
+    for_each_row<1>({&out}, [&](auto& p, int64_t n, auto& s) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = v;
+    });
+  });
+}
+
+void CpuBackend::copy(const TensorRef& src, const TensorRef& dst) {
+  dispatch_all(src.dtype, [&]<typename S>() {
+    dispatch_all(dst.dtype, [&]<typename D>() {
+      map1<S, D>(src, dst, [](S x) { return static_cast<D>(x); });
+    });
+  });
+}
+
+void CpuBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, double p0,
+                       double p1) {
+  if (op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Clamp) {
+    dispatch_numeric(in.dtype, "unary", [&]<typename T>() {
+      switch (op) {
+        case UnaryOp::Neg: map1<T, T>(in, out, [](T x) { return T(-x); }); break;
+        case UnaryOp::Abs: map1<T, T>(in, out, [](T x) { return x < T(0) ? T(-x) : x; }); break;
+        default: {
+          const T lo = static_cast<T>(p0), hi = static_cast<T>(p1);
+          map1<T, T>(in, out, [=](T x) { return math::clamp(x, lo, hi); });
+        }
+      }
+    });
+    return;
+  }
+  dispatch_floating(in.dtype, "unary", [&]<typename T>() {
+    switch (op) {
+      case UnaryOp::Exp: map1<T, T>(in, out, [](T x) { return std::exp(x); }); break;
+      case UnaryOp::Log: map1<T, T>(in, out, [](T x) { return std::log(x); }); break;
+      case UnaryOp::Sqrt: map1<T, T>(in, out, [](T x) { return std::sqrt(x); }); break;
+      case UnaryOp::Rsqrt: map1<T, T>(in, out, [](T x) { return math::rsqrt(x); }); break;
+      case UnaryOp::Tanh: map1<T, T>(in, out, [](T x) { return std::tanh(x); }); break;
+      case UnaryOp::Sigmoid: map1<T, T>(in, out, [](T x) { return math::sigmoid(x); }); break;
+      case UnaryOp::Relu: map1<T, T>(in, out, [](T x) { return math::relu(x); }); break;
+      case UnaryOp::GeluErf: map1<T, T>(in, out, [](T x) { return math::gelu_erf(x); }); break;
+      case UnaryOp::GeluTanh: map1<T, T>(in, out, [](T x) { return math::gelu_tanh(x); }); break;
+      case UnaryOp::PowScalar: {
+        const T e = static_cast<T>(p0);
+        if (e == T(2)) map1<T, T>(in, out, [](T x) { return x * x; });
+        else map1<T, T>(in, out, [=](T x) { return std::pow(x, e); });
+        break;
+      }
+      default: RG_ASSERT(false);
+    }
+  });
+}
+
+void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
+                        const TensorRef& out) {
+  switch (op) {
+    case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt:
+    case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge:
+      dispatch_all(a.dtype, [&]<typename T>() {
+        switch (op) {
+          case BinaryOp::Eq: map2<T, bool>(a, b, out, [](T x, T y) { return x == y; }); break;
+          case BinaryOp::Ne: map2<T, bool>(a, b, out, [](T x, T y) { return x != y; }); break;
+          case BinaryOp::Lt: map2<T, bool>(a, b, out, [](T x, T y) { return x < y; }); break;
+          case BinaryOp::Le: map2<T, bool>(a, b, out, [](T x, T y) { return x <= y; }); break;
+          case BinaryOp::Gt: map2<T, bool>(a, b, out, [](T x, T y) { return x > y; }); break;
+          default: map2<T, bool>(a, b, out, [](T x, T y) { return x >= y; });
+        }
+      });
+      return;
+    case BinaryOp::Add: case BinaryOp::Sub: case BinaryOp::Mul:
+    case BinaryOp::Maximum: case BinaryOp::Minimum:
+      dispatch_numeric(a.dtype, "binary", [&]<typename T>() {
+        switch (op) {
+          case BinaryOp::Add: map2<T, T>(a, b, out, [](T x, T y) { return T(x + y); }); break;
+          case BinaryOp::Sub: map2<T, T>(a, b, out, [](T x, T y) { return T(x - y); }); break;
+          case BinaryOp::Mul: map2<T, T>(a, b, out, [](T x, T y) { return T(x * y); }); break;
+          case BinaryOp::Maximum: map2<T, T>(a, b, out, math::maximum<T>); break;
+          default: map2<T, T>(a, b, out, math::minimum<T>);
+        }
+      });
+      return;
+    default: break;
+  }
+  dispatch_floating(a.dtype, "binary", [&]<typename T>() {
+    switch (op) {
+      case BinaryOp::Div: map2<T, T>(a, b, out, [](T x, T y) { return x / y; }); break;
+      case BinaryOp::Pow: map2<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); }); break;
+      case BinaryOp::ReluBackward:
+        map2<T, T>(a, b, out, [](T g, T x) { return x > T(0) ? g : T(0); });
+        break;
+      case BinaryOp::GeluErfBackward:
+        map2<T, T>(a, b, out, [](T g, T x) { return g * math::gelu_erf_grad(x); });
+        break;
+      case BinaryOp::GeluTanhBackward:
+        map2<T, T>(a, b, out, [](T g, T x) { return g * math::gelu_tanh_grad(x); });
+        break;
+      case BinaryOp::SigmoidBackward:
+        map2<T, T>(a, b, out, [](T g, T y) { return g * y * (T(1) - y); });
+        break;
+      case BinaryOp::TanhBackward:
+        map2<T, T>(a, b, out, [](T g, T y) { return g * (T(1) - y * y); });
+        break;
+      case BinaryOp::AbsBackward:
+        map2<T, T>(a, b, out, [](T g, T x) { return g * math::sign(x); });
+        break;
+      default: RG_ASSERT(false);
+    }
+  });
+}
+
+void CpuBackend::where(const TensorRef& cond, const TensorRef& a, const TensorRef& b,
+                       const TensorRef& out) {
+  dispatch_all(out.dtype, [&]<typename T>() {
+    for_each_row<4>({&out, &cond, &a, &b}, [&](auto& p, int64_t n, auto& s) {
+      T* o = reinterpret_cast<T*>(p[0]);
+      const bool* c = reinterpret_cast<const bool*>(p[1]);
+      const T* x = reinterpret_cast<const T*>(p[2]);
+      const T* y = reinterpret_cast<const T*>(p[3]);
+      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = c[i * s[1]] ? x[i * s[2]] : y[i * s[3]];
+    });
+  });
+}
+
+void CpuBackend::arange(const TensorRef& out, double start, double step) {
+  dispatch_numeric(out.dtype, "arange", [&]<typename T>() {
+    T* o = static_cast<T*>(out.data);
+    int64_t n = out.numel();
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(start + step * static_cast<double>(i));
+  });
+}
+
+void CpuBackend::random(const TensorRef& out, RandomDist dist, uint64_t seed, uint64_t offset,
+                        double p0, double p1) {
+  int64_t n = out.numel();
+  if (dist == RandomDist::Integer) {  // [p0, p1) as int64
+    int64_t* o = static_cast<int64_t*>(out.data);
+    int64_t low = static_cast<int64_t>(p0);
+    uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(p1) - low);
+    parallel_for(n, n * 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        o[i] = low + static_cast<int64_t>(math::philox_bits64(seed, offset + i) % range);
+    });
+    return;
+  }
+  dispatch_floating(out.dtype, "random", [&]<typename T>() {
+    T* o = static_cast<T*>(out.data);
+    const T a = static_cast<T>(p0), b = static_cast<T>(p1);
+    parallel_for(n, n * 16, [&](int64_t lo, int64_t hi) {
+      if (dist == RandomDist::Uniform) {  // [a, b)
+        for (int64_t i = lo; i < hi; ++i)
+          o[i] = a + (b - a) * math::philox_uniform<T>(seed, offset + i);
+      } else {  // mean a, std b
+        for (int64_t i = lo; i < hi; ++i)
+          o[i] = a + b * math::philox_normal<T>(seed, offset + i);
+      }
+    });
+  });
+}
+
+}  // namespace ringgrad::cpu

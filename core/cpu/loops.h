@@ -1,0 +1,131 @@
+// loops.h — the CPU's generic loops (internal).
+//
+// dispatch_*: run a templated lambda for the C++ type of a dtype.
+// parallel_for: split [0, n) over the configured threads when n is big enough.
+// for_each_row: visit N same-shaped strided operands row by row, after merging
+// dims that are contiguous in every operand, so most elementwise ops become one
+// long unit-stride loop that the compiler vectorises.
+#pragma once
+
+#include <omp.h>
+
+#include <array>
+#include <cstdint>
+
+#include "ringgrad/core/backend.h"
+#include "ringgrad/core/threads.h"
+
+namespace ringgrad::cpu {
+
+template <typename F>
+void dispatch_floating(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::Float32: f.template operator()<float>(); return;
+    case DType::Float64: f.template operator()<double>(); return;
+    default: fail(op, "expected a floating dtype (float32 or float64), got ", t);
+  }
+}
+
+template <typename F>
+void dispatch_numeric(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::Float32: f.template operator()<float>(); return;
+    case DType::Float64: f.template operator()<double>(); return;
+    case DType::Int64: f.template operator()<int64_t>(); return;
+    default: fail(op, "expected a numeric dtype (float32, float64 or int64), got ", t);
+  }
+}
+
+template <typename F>
+void dispatch_all(DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: f.template operator()<float>(); return;
+    case DType::Float64: f.template operator()<double>(); return;
+    case DType::Int64: f.template operator()<int64_t>(); return;
+    case DType::Bool: f.template operator()<bool>(); return;
+  }
+}
+
+// Below this many elements of work a loop runs on one thread.
+inline constexpr int64_t kParallelGrain = 32768;
+
+// f(begin, end) over [0, n), in parallel chunks when `work` (≈ elements touched) is large.
+template <typename F>
+void parallel_for(int64_t n, int64_t work, F&& f) {
+  int threads = get_num_threads();
+  if (threads <= 1 || work < kParallelGrain || n < 2 || omp_in_parallel()) {
+    f(int64_t(0), n);
+    return;
+  }
+  int64_t chunks = std::min<int64_t>(n, threads);
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) f(n * c / chunks, n * (c + 1) / chunks);
+}
+
+// The loop structure of N operands that share one shape.
+template <size_t N>
+struct RowLoop {
+  int ndim = 0;  // after merging; the last dim is the row
+  std::array<int64_t, kMaxDims> shape{};
+  std::array<std::array<int64_t, kMaxDims>, N> strides{};
+};
+
+template <size_t N>
+RowLoop<N> make_row_loop(const std::array<const TensorRef*, N>& ops) {
+  const TensorRef& first = *ops[0];
+  RowLoop<N> L;
+  for (int d = 0; d < first.ndim; ++d) {
+    if (first.shape[d] == 1) continue;  // size-1 dims do not move any pointer
+    bool merge = L.ndim > 0;
+    for (size_t k = 0; k < N && merge; ++k)
+      merge = L.strides[k][L.ndim - 1] == ops[k]->strides[d] * first.shape[d];
+    if (merge) {
+      L.shape[L.ndim - 1] *= first.shape[d];
+      for (size_t k = 0; k < N; ++k) L.strides[k][L.ndim - 1] = ops[k]->strides[d];
+    } else {
+      L.shape[L.ndim] = first.shape[d];
+      for (size_t k = 0; k < N; ++k) L.strides[k][L.ndim] = ops[k]->strides[d];
+      ++L.ndim;
+    }
+  }
+  return L;
+}
+
+// row(ptrs, n, strides): process one row of n elements; ptrs[k] points at
+// operand k's first element of the row (as char*), strides[k] is its element stride.
+template <size_t N, typename Row>
+void for_each_row(const std::array<const TensorRef*, N>& ops, Row&& row) {
+  RowLoop<N> L = make_row_loop<N>(ops);
+  std::array<size_t, N> esize;
+  for (size_t k = 0; k < N; ++k) esize[k] = element_size(ops[k]->dtype);
+  if (ops[0]->numel() == 0) return;
+  int64_t row_len = L.ndim ? L.shape[L.ndim - 1] : 1;
+  std::array<int64_t, N> row_stride{};
+  for (size_t k = 0; k < N; ++k) row_stride[k] = L.ndim ? L.strides[k][L.ndim - 1] : 1;
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < L.ndim; ++d) rows *= L.shape[d];
+
+  parallel_for(rows, rows * row_len, [&](int64_t begin, int64_t end) {
+    std::array<int64_t, kMaxDims> idx{};
+    int64_t rem = begin;
+    for (int d = L.ndim - 2; d >= 0; --d) {
+      idx[d] = rem % L.shape[d];
+      rem /= L.shape[d];
+    }
+    std::array<char*, N> ptrs;
+    for (int64_t r = begin; r < end; ++r) {
+      for (size_t k = 0; k < N; ++k) {
+        int64_t off = 0;
+        for (int d = 0; d + 1 < L.ndim; ++d) off += idx[d] * L.strides[k][d];
+        ptrs[k] = static_cast<char*>(ops[k]->data) + off * static_cast<int64_t>(esize[k]);
+      }
+      row(ptrs, row_len, row_stride);
+      for (int d = L.ndim - 2; d >= 0; --d) {  // next row: odometer increment
+        if (++idx[d] < L.shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+}  // namespace ringgrad::cpu

@@ -1,0 +1,16 @@
+// stub.cpp — the CUDA backend of a build without CUDA.
+//
+// Linked instead of core/cuda/*.cu when CMake found no CUDA toolkit (or
+// RINGGRAD_CUDA=OFF): there are no devices, and any attempt to use one says so.
+#include "ringgrad/core/backend.h"
+
+namespace ringgrad {
+
+int cuda::device_count() { return 0; }
+
+Backend& cuda::backend(const char* op) {
+  fail(op, "built without CUDA: reconfigure with -DRINGGRAD_CUDA=ON on a machine with the "
+           "CUDA toolkit, or keep tensors on the CPU");
+}
+
+}  // namespace ringgrad

@@ -1,0 +1,26 @@
+// device.cpp — naming devices.
+#include "ringgrad/core/device.h"
+
+#include <cctype>
+
+#include "ringgrad/core/error.h"
+
+namespace ringgrad {
+
+Device Device::parse(const std::string& text) {
+  if (text == "cpu") return cpu();
+  if (text == "cuda") return cuda(0);
+  if (text.rfind("cuda:", 0) == 0 && text.size() > 5) {
+    std::string num = text.substr(5);
+    bool digits = true;
+    for (char c : num) digits = digits && std::isdigit(static_cast<unsigned char>(c));
+    if (digits && num.size() < 6) return cuda(std::stoi(num));
+  }
+  fail("Device", "expected \"cpu\", \"cuda\" or \"cuda:N\", got \"", text, "\"");
+}
+
+std::string Device::str() const {
+  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
+}
+
+}  // namespace ringgrad

@@ -1,0 +1,41 @@
+// device.h — where a tensor's memory lives: the CPU, or CUDA GPU number N.
+//
+//   rg::Device d = rg::Device::parse("cuda:1");   // or Device::cuda(1), Device::cpu()
+//   if (rg::cuda::is_available()) ...
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace ringgrad {
+
+enum class DeviceType : uint8_t { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static constexpr Device cpu() { return {DeviceType::CPU, 0}; }
+  static constexpr Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
+  // "cpu", "cuda", "cuda:N"; anything else throws ringgrad::Error.
+  static Device parse(const std::string& text);
+
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
+  std::string str() const;  // "cpu" or "cuda:N"
+
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+inline constexpr Device kCPU = Device::cpu();
+
+inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+
+namespace cuda {
+// Number of usable CUDA devices: 0 in a build without CUDA, and 0 when the
+// driver reports any error (a machine with the toolkit but no GPU).
+int device_count();
+inline bool is_available() { return device_count() > 0; }
+}  // namespace cuda
+
+}  // namespace ringgrad

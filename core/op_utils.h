@@ -1,0 +1,39 @@
+// op_utils.h — checks and small helpers shared by the op files (internal).
+#pragma once
+
+#include "ringgrad/autograd/function.h"
+#include "ringgrad/core/backend.h"
+#include "ringgrad/core/factory.h"
+#include "ringgrad/core/ops.h"
+
+namespace ringgrad::detail {
+
+inline void check_defined(const Tensor& t, const char* op) {
+  RG_CHECK(t.defined(), op, "expected a defined tensor, got an undefined one");
+}
+
+inline void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  RG_CHECK(a.device() == b.device(), op, "expected both tensors on one device, got ", a.device(),
+           " and ", b.device(), " (move one with .to(device))");
+}
+
+inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  RG_CHECK(a.dtype() == b.dtype(), op, "expected matching dtypes, got ", a.dtype(), " and ",
+           b.dtype(), " (convert one with .to(dtype))");
+}
+
+inline void check_floating(const Tensor& t, const char* op) {
+  RG_CHECK(is_floating(t.dtype()), op, "expected a floating tensor (float32 or float64), got ",
+           t.dtype());
+}
+
+inline void check_dtype(const Tensor& t, DType want, const char* op, const char* what) {
+  RG_CHECK(t.dtype() == want, op, "expected ", what, " of dtype ", want, ", got ", t.dtype());
+}
+
+inline TensorOptions options_of(const Tensor& t) { return {.dtype = t.dtype(), .device = t.device()}; }
+
+// A 0-dim tensor holding `value`, with t's dtype and device.
+inline Tensor scalar_like(const Tensor& t, double value) { return full({}, value, options_of(t)); }
+
+}  // namespace ringgrad::detail

@@ -1,0 +1,123 @@
+// ops.h — the differentiable operations on tensors.
+//
+// Every op checks its inputs (shapes, dtypes, devices) and throws
+// ringgrad::Error "[op] expected …, got …" on a mismatch, runs on the device
+// of its inputs, and, when an input requires grad, records how to undo itself
+// for backward. Binary ops broadcast with NumPy's rules. Both operands must
+// have the same dtype (a plain number adopts the tensor's dtype).
+#pragma once
+
+#include <vector>
+
+#include "ringgrad/core/tensor.h"
+
+namespace ringgrad {
+
+// ---- elementwise binary (broadcasting) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+
+// Comparisons return bool tensors and are not differentiable.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+
+// ---- elementwise unary ----
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+enum class GeluApprox { None, Tanh };  // None: x·Φ(x) with erf; Tanh: the tanh approximation
+Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
+Tensor abs(const Tensor& x);
+Tensor clamp(const Tensor& x, double min, double max);
+Tensor clamp_min(const Tensor& x, double min);
+Tensor clamp_max(const Tensor& x, double max);
+
+// ---- selection ----
+// where(cond, a, b): a where cond is true, else b (all three broadcast).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
+// ---- reductions (dims empty = all dims) ----
+Tensor sum(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const Dims& dims = {}, bool keepdim = false);  // max values
+Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // int64 indices
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+// Sum a broadcast gradient back down to `shape` (the inverse of broadcasting).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- softmax ----
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// ---- linear algebra ----
+// 1-D·1-D dot, matrix×vector, matrix×matrix, and batched with broadcast batch dims,
+// exactly as torch.matmul. Transposed operands are read in place, not copied.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- indexing ----
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: 1-D int64
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);        // index: same ndim as x
+// out = x with src added at index along dim (x[.., index[i], ..] += src[.., i, ..]).
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// out = x with src added at index: out[.., index[i,j], ..] += src[.., i, j, ..] along dim.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+
+// ---- joining and splitting ----
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+
+// ---- operators ----
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+
+// True when shapes match and every |a - b| <= atol + rtol·|b| (like torch.allclose).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+
+// Shape that a and b broadcast to; throws "[op] expected broadcastable shapes…" otherwise.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op = "broadcast");
+
+}  // namespace ringgrad

@@ -1,0 +1,136 @@
+// ops_linalg.cpp — matmul, with torch.matmul's rules for 1-D and batched operands.
+//
+// Every case becomes one strided-batched GEMM: C[b] = A[b]·B[b], where each
+// operand is read in its own layout (row-major, or column-major for a
+// transposed view) and broadcast batch dims get batch stride 0. Only an operand
+// whose layout no GEMM can read (e.g. a slice with steps in both dims) is copied.
+#include "ringgrad/core/op_utils.h"
+
+namespace ringgrad {
+
+using autograd::Grads;
+
+namespace {
+
+// How a GEMM reads one (batch…, rows, cols) operand.
+struct Operand {
+  Tensor t;  // possibly a contiguous copy of the original
+  int64_t batch_stride = 0, row_stride = 0, col_stride = 0;
+};
+
+// Batch dims [0, nb) collapse to one stride when they are evenly spaced (or all broadcast).
+bool batch_stride_of(const Tensor& t, int64_t nb, int64_t* stride) {
+  int64_t s = 0, expected = -1;
+  for (int64_t d = nb - 1; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (expected < 0) {
+      s = t.stride(d);
+      expected = s * t.size(d);
+    } else if (s == 0 ? t.stride(d) != 0 : t.stride(d) != expected) {
+      return false;
+    } else {
+      expected = t.stride(d) * t.size(d);
+    }
+  }
+  *stride = s;
+  return true;
+}
+
+// The GEMM layout of t's last two dims, or false when neither layout fits.
+bool matrix_layout(const Tensor& t, int64_t* rs, int64_t* cs) {
+  int64_t rows = t.size(-2), cols = t.size(-1);
+  int64_t r = t.stride(-2), c = t.stride(-1);
+  if (c == 1 || cols == 1) {  // row-major: leading dimension r
+    *rs = rows == 1 ? cols : r;
+    *cs = 1;
+    if (*rs >= cols) return true;
+  }
+  if (r == 1 || rows == 1) {  // column-major: leading dimension c
+    *rs = 1;
+    *cs = cols == 1 ? rows : c;
+    if (*cs >= rows) return true;
+  }
+  return false;
+}
+
+Operand gemm_operand(const Tensor& t, int64_t nb) {
+  Operand op{t};
+  if (!batch_stride_of(t, nb, &op.batch_stride) ||
+      !matrix_layout(t, &op.row_stride, &op.col_stride)) {
+    op.t = t.contiguous();
+    batch_stride_of(op.t, nb, &op.batch_stride);
+    matrix_layout(op.t, &op.row_stride, &op.col_stride);
+  }
+  return op;
+}
+
+// a (…, m, k) @ b (…, k, n), both at least 2-D.
+Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+  const char* op = "matmul";
+  int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  RG_CHECK(b.size(-2) == k, op, "expected a.shape[-1] == b.shape[-2], got ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()));
+  Shape a_batch(a.shape().begin(), a.shape().end() - 2);
+  Shape b_batch(b.shape().begin(), b.shape().end() - 2);
+  Shape batch;
+  try {
+    batch = broadcast_shapes(a_batch, b_batch, op);
+  } catch (const Error&) {
+    fail(op, "expected broadcastable batch dims, got ", shape_str(a.shape()), " and ",
+         shape_str(b.shape()));
+  }
+  Shape a_full = batch, b_full = batch, out_shape = batch;
+  a_full.insert(a_full.end(), {m, k});
+  b_full.insert(b_full.end(), {k, n});
+  out_shape.insert(out_shape.end(), {m, n});
+  int64_t nb = static_cast<int64_t>(batch.size());
+
+  Operand A = gemm_operand(a.detach().expand(a_full), nb);
+  Operand B = gemm_operand(b.detach().expand(b_full), nb);
+  Tensor out = empty(out_shape, detail::options_of(a));
+  GemmArgs g;
+  g.dtype = a.dtype();
+  g.batch = numel_of(batch);
+  g.m = m, g.n = n, g.k = k;
+  g.a = A.t.raw_data(), g.a_batch_stride = A.batch_stride;
+  g.a_row_stride = A.row_stride, g.a_col_stride = A.col_stride;
+  g.b = B.t.raw_data(), g.b_batch_stride = B.batch_stride;
+  g.b_row_stride = B.row_stride, g.b_col_stride = B.col_stride;
+  g.c = out.raw_data(), g.c_batch_stride = m * n;
+  if (out.numel() > 0) backend(a.device(), op).gemm(g);
+
+  // dA = dC·Bᵀ, dB = Aᵀ·dC, each summed over the batch dims it was broadcast along.
+  autograd::record("matmul", out, {&a, &b},
+                   [a = a.detach(), b = b.detach()](const Tensor& g, const std::vector<bool>& need) {
+                     Tensor da, db;
+                     if (need[0]) da = sum_to(matmul_nd(g, b.transpose(-2, -1)), a.shape());
+                     if (need[1]) db = sum_to(matmul_nd(a.transpose(-2, -1), g), b.shape());
+                     return Grads{da, db};
+                   });
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  const char* op = "matmul";
+  detail::check_defined(a, op);
+  detail::check_defined(b, op);
+  detail::check_same_device(a, b, op);
+  detail::check_same_dtype(a, b, op);
+  detail::check_floating(a, op);
+  RG_CHECK(a.dim() >= 1 && b.dim() >= 1, op, "expected tensors with at least 1 dim, got ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()));
+  RG_CHECK(a.size(-1) == b.size(b.dim() == 1 ? 0 : -2), op,
+           "expected a.shape[-1] == b.shape[-2] (or b.shape[0] for 1-D b), got ",
+           shape_str(a.shape()), " and ", shape_str(b.shape()));
+  // 1-D operands become matrices (a row for a, a column for b) and lose that dim again after.
+  Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  Tensor b2 = b.dim() == 1 ? b.unsqueeze(-1) : b;
+  Tensor out = matmul_nd(a2, b2);
+  if (b.dim() == 1) out = out.squeeze(-1);
+  if (a.dim() == 1) out = out.squeeze(-1 - (b.dim() == 1 ? 0 : 1));
+  return out;
+}
+
+}  // namespace ringgrad

@@ -1,0 +1,43 @@
+// storage.h — a block of device memory that tensors view.
+//
+// Many tensors (views) may share one Storage; it is freed when the last one
+// goes. Every allocation is counted, so tests and benchmarks can see how many
+// bytes are alive (a freed autograd graph must give its memory back).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ringgrad/core/device.h"
+
+namespace ringgrad {
+
+class Storage {
+ public:
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+};
+
+struct MemoryStats {
+  int64_t live_bytes = 0;   // bytes held by storages alive now
+  int64_t peak_bytes = 0;   // most live bytes seen since start (or reset)
+  int64_t allocations = 0;  // storages created since start
+};
+
+// Counters per device type (all CPU storages together, all CUDA storages together).
+MemoryStats memory_stats(Device device = Device::cpu());
+void reset_peak_memory(Device device = Device::cpu());
+
+}  // namespace ringgrad

@@ -1,0 +1,122 @@
+// test_helpers.h — small helpers shared by the unit tests.
+//
+//   error_of([&] { rg::matmul(a, b); })   the caught ringgrad::Error's what() (a failed
+//                                          check when nothing, or something else, is thrown)
+//   check_close(t, {1, 2, 3}, 1e-6)        every element of t (row-major) against doubles
+//   CHECK_SHAPE(t, {2, 3})                  shape equality with a readable message
+//   grad_ok("label", f, {x, y})             rg::gradcheck with the label in the failure
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ringgrad/ringgrad.h>
+
+namespace rg = ringgrad;
+
+namespace test {
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const rg::Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL_CHECK("expected ringgrad::Error, got another exception: " << e.what());
+    return "<other exception>";
+  }
+  FAIL_CHECK("expected ringgrad::Error, but nothing was thrown");
+  return "<nothing thrown>";
+}
+
+// Explicit dtypes and shapes: these helpers do not rely on from_vector's defaults
+// (test_tensor.cpp checks those separately).
+inline rg::Tensor f32(const std::vector<float>& v, const rg::Shape& shape) {
+  return rg::from_vector<float>(v, shape, {.dtype = rg::kFloat32});
+}
+inline rg::Tensor f32(const std::vector<float>& v) {
+  return f32(v, {static_cast<int64_t>(v.size())});
+}
+inline rg::Tensor f64(const std::vector<double>& v, const rg::Shape& shape) {
+  return rg::from_vector<double>(v, shape, {.dtype = rg::kFloat64});
+}
+inline rg::Tensor f64(const std::vector<double>& v) {
+  return f64(v, {static_cast<int64_t>(v.size())});
+}
+inline rg::Tensor i64(const std::vector<int64_t>& v, const rg::Shape& shape) {
+  return rg::from_vector<int64_t>(v, shape, {.dtype = rg::kInt64});
+}
+inline rg::Tensor i64(const std::vector<int64_t>& v) {
+  return i64(v, {static_cast<int64_t>(v.size())});
+}
+
+// |got - want| <= tol * (1 + |want|) for every element; reports the first mismatch.
+inline void check_close(const rg::Tensor& t, const std::vector<double>& want, double tol = 1e-5) {
+  REQUIRE(t.defined());
+  std::vector<double> got = t.tolist<double>();
+  REQUIRE_MESSAGE(got.size() == want.size(),
+                  "numel " << got.size() << " vs expected " << want.size() << " ("
+                           << rg::shape_str(t.shape()) << ")");
+  for (size_t i = 0; i < got.size(); ++i) {
+    bool ok = std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i]));
+    if (std::isinf(want[i])) ok = got[i] == want[i];
+    if (!ok) {
+      FAIL_CHECK("element " << i << " of " << rg::shape_str(t.shape()) << ": got " << got[i]
+                            << ", want " << want[i]);
+      return;
+    }
+  }
+}
+
+inline void check_close(const rg::Tensor& t, const rg::Tensor& want, double tol = 1e-5) {
+  REQUIRE_MESSAGE(t.shape() == want.shape(), rg::shape_str(t.shape()) << " vs expected "
+                                                                      << rg::shape_str(want.shape()));
+  check_close(t, want.tolist<double>(), tol);
+}
+
+inline std::vector<double> values(const rg::Tensor& t) { return t.tolist<double>(); }
+
+// A float64 leaf that requires grad, uniform in [lo, hi).
+inline rg::Tensor leaf(const rg::Shape& shape, double lo = -1.0, double hi = 1.0) {
+  rg::Tensor t = rg::uniform(shape, lo, hi, {.dtype = rg::kFloat64});
+  t.requires_grad_();
+  return t;
+}
+
+// A float64 leaf from explicit values.
+inline rg::Tensor leaf_of(const std::vector<double>& v, const rg::Shape& shape) {
+  rg::Tensor t = rg::from_vector<double>(v, shape, {.dtype = rg::kFloat64});
+  t.requires_grad_();
+  return t;
+}
+
+using Fn = std::function<rg::Tensor(const std::vector<rg::Tensor>&)>;
+
+inline void grad_ok(const std::string& label, const Fn& f, const std::vector<rg::Tensor>& inputs,
+                    rg::GradcheckOptions options = {}) {
+  rg::GradcheckResult r = rg::gradcheck(f, inputs, options);
+  CHECK_MESSAGE(r.ok, label << ": " << r.message << " (max_abs_error " << r.max_abs_error << ")");
+}
+
+}  // namespace test
+
+// (t) is evaluated once, outside the assertion's lazily built message.
+#define CHECK_SHAPE(t, ...)                                                         \
+  do {                                                                              \
+    const rg::Shape check_shape_got_ = (t).shape();                                 \
+    CHECK_MESSAGE(check_shape_got_ == rg::Shape(__VA_ARGS__),                       \
+                  "shape is " << rg::shape_str(check_shape_got_));                  \
+  } while (0)
+#define CHECK_CONTAINS(text, part)                                          \
+  CHECK_MESSAGE(::test::contains((text), (part)),                          \
+                "message \"" << (text) << "\" does not contain \"" << (part) << "\"")
