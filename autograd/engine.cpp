@@ -47,8 +47,8 @@ std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& r
 }  // namespace
 
 void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
-  RG_CHECK(root.requires_grad(), "backward",
-           "expected a tensor that requires grad, got ", root.describe(),
+  RG_CHECK(root.requires_grad(), "backward", "expected a tensor that requires grad, got ",
+           root.describe(),
            " with no graph (did an input have requires_grad=true? was it made under NoGradGuard?)");
   Tensor grad;
   if (gradient.defined()) {

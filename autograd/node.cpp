@@ -13,10 +13,28 @@ static std::atomic<uint64_t> next_sequence_nr{0};
 
 Node::Node(const char* name_) : name(name_), sequence_nr(next_sequence_nr.fetch_add(1)) {}
 
+// Dropping the last reference to a chain of N nodes would otherwise recurse N
+// deep (each node's edges release the next node) and overflow the stack for
+// graphs of a few hundred thousand ops. Nodes about to die hand their edges to
+// this loop instead.
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> pending;
+  for (Edge& e : next)
+    if (e.node) pending.push_back(std::move(e.node));
+  while (!pending.empty()) {
+    std::shared_ptr<Node> n = std::move(pending.back());
+    pending.pop_back();
+    if (n.use_count() == 1)
+      for (Edge& e : n->next)
+        if (e.node) pending.push_back(std::move(e.node));
+  }  // n goes here, its edges already emptied
+}
+
 Grads FunctionNode::apply(Tensor grad) {
   RG_CHECK(backward != nullptr, "backward",
            "expected a graph with its saved tensors, got one already freed by an earlier "
-           "backward() through '", name, "': pass retain_graph=true to the first backward()");
+           "backward() through '",
+           name, "': pass retain_graph=true to the first backward()");
   std::vector<bool> needs(next.size());
   for (size_t i = 0; i < next.size(); ++i) needs[i] = next[i].node != nullptr;
   Grads grads = backward(grad, needs);

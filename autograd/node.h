@@ -26,7 +26,7 @@ struct Edge {
 
 struct Node {
   explicit Node(const char* name);
-  virtual ~Node() = default;
+  virtual ~Node();  // frees long chains iteratively, not by recursion
 
   const char* name;
   uint64_t sequence_nr;  // creation order; backward runs the newest ready node first

@@ -35,12 +35,35 @@ TensorRef ref(const Tensor& t);
 TensorRef ref(const Tensor& t, const Shape& as_shape);
 
 enum class UnaryOp {
-  Neg, Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Relu, GeluErf, GeluTanh, Abs, Clamp, PowScalar
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Sigmoid,
+  Relu,
+  GeluErf,
+  GeluTanh,
+  Abs,
+  Clamp,
+  PowScalar
 };
 
 enum class BinaryOp {
-  Add, Sub, Mul, Div, Pow, Maximum, Minimum,
-  Eq, Ne, Lt, Le, Gt, Ge,  // produce bool
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,  // produce bool
   // fused backward kernels: (grad, saved) -> grad_input
   ReluBackward,      // (g, x):  g * (x > 0)
   GeluErfBackward,   // (g, x):  g * gelu'(x)

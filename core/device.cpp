@@ -20,7 +20,9 @@ Device Device::parse(const std::string& text) {
 }
 
 std::string Device::str() const {
-  return is_cpu() ? "cpu" : "cuda:" + std::to_string(index);
+  std::string s = is_cpu() ? "cpu" : "cuda:";
+  if (is_cuda()) s += std::to_string(index);
+  return s;
 }
 
 }  // namespace ringgrad

@@ -36,6 +36,8 @@ namespace cuda {
 // driver reports any error (a machine with the toolkit but no GPU).
 int device_count();
 inline bool is_available() { return device_count() > 0; }
+// Whether this build has the CUDA backend at all (RINGGRAD_CUDA found a toolkit).
+bool is_built();
 }  // namespace cuda
 
 }  // namespace ringgrad

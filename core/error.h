@@ -45,15 +45,15 @@ template <typename... Args>
 }  // namespace ringgrad
 
 // RG_CHECK(cond, "op", message parts...): a user-facing precondition.
-#define RG_CHECK(cond, op, ...)                         \
-  do {                                                  \
-    if (!(cond)) ::ringgrad::fail(op, __VA_ARGS__);     \
+#define RG_CHECK(cond, op, ...)                     \
+  do {                                              \
+    if (!(cond)) ::ringgrad::fail(op, __VA_ARGS__); \
   } while (0)
 
 // RG_ASSERT(cond): an internal invariant; failure is a ringgrad bug.
-#define RG_ASSERT(cond)                                                              \
-  do {                                                                               \
-    if (!(cond))                                                                     \
-      throw ::ringgrad::Error(::ringgrad::detail::concat(                            \
-          "internal error: ", #cond, " failed at ", __FILE__, ":", __LINE__));       \
+#define RG_ASSERT(cond)                                                                            \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      throw ::ringgrad::Error(::ringgrad::detail::concat("internal error: ", #cond, " failed at ", \
+                                                         __FILE__, ":", __LINE__));                \
   } while (0)

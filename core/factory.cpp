@@ -14,11 +14,11 @@ Tensor empty(const Shape& shape, TensorOptions options) {
   for (int64_t s : shape)
     RG_CHECK(s >= 0, "empty", "expected non-negative sizes, got shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(numel_of(shape) * element_size(options.dtype),
-                                            options.device);
+  DType dtype = options.dtype.value_or(kFloat32);
+  impl->storage = std::make_shared<Storage>(numel_of(shape) * element_size(dtype), options.device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
-  impl->dtype = options.dtype;
+  impl->dtype = dtype;
   Tensor t(std::move(impl));
   if (options.requires_grad) t.requires_grad_();
   return t;
@@ -63,7 +63,7 @@ Tensor from_vector(const std::vector<T>& values, Shape shape, TensorOptions opti
   // Stage as the source type on the CPU, then convert/move to the requested dtype and device.
   Tensor host = empty(shape, {.dtype = dtype_of<T>::value});
   if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
-  Tensor t = host.to(options.dtype).to(options.device);
+  Tensor t = host.to(options.dtype.value_or(dtype_of<T>::value)).to(options.device);
   if (options.requires_grad) t.requires_grad_();
   return t;
 }
@@ -92,17 +92,15 @@ static Tensor random_tensor(const Shape& shape, TensorOptions options, Generator
   return t;
 }
 
-Tensor uniform(const Shape& shape, double low, double high, TensorOptions options,
-               Generator* gen) {
-  RG_CHECK(is_floating(options.dtype), "uniform", "expected a floating dtype, got ",
-           options.dtype);
+Tensor uniform(const Shape& shape, double low, double high, TensorOptions options, Generator* gen) {
+  RG_CHECK(is_floating(options.dtype.value_or(kFloat32)), "uniform",
+           "expected a floating dtype, got ", *options.dtype);
   return random_tensor(shape, options, gen, RandomDist::Uniform, low, high, "uniform");
 }
 
-Tensor normal(const Shape& shape, double mean, double std, TensorOptions options,
-              Generator* gen) {
-  RG_CHECK(is_floating(options.dtype), "normal", "expected a floating dtype, got ",
-           options.dtype);
+Tensor normal(const Shape& shape, double mean, double std, TensorOptions options, Generator* gen) {
+  RG_CHECK(is_floating(options.dtype.value_or(kFloat32)), "normal",
+           "expected a floating dtype, got ", *options.dtype);
   RG_CHECK(std >= 0, "normal", "expected std >= 0, got ", std);
   return random_tensor(shape, options, gen, RandomDist::Normal, mean, std, "normal");
 }
@@ -117,8 +115,8 @@ Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) {
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, Generator* gen) {
   RG_CHECK(high > low, "randint", "expected low < high, got ", low, " and ", high);
-  return random_tensor(shape, {.dtype = kInt64}, gen, RandomDist::Integer,
-                       static_cast<double>(low), static_cast<double>(high), "randint");
+  return random_tensor(shape, {.dtype = kInt64}, gen, RandomDist::Integer, static_cast<double>(low),
+                       static_cast<double>(high), "randint");
 }
 
 Tensor randperm(int64_t n, Generator* gen) {

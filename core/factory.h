@@ -32,8 +32,7 @@ Tensor full_like(const Tensor& t, double value);
 // A tensor holding `values` (row-major) with the given shape (default, or {}: 1-D).
 // The dtype follows T (float -> float32, double -> float64, int64_t -> int64) unless given.
 template <typename T>
-Tensor from_vector(const std::vector<T>& values, Shape shape = {},
-                   TensorOptions options = {.dtype = dtype_of<T>::value});
+Tensor from_vector(const std::vector<T>& values, Shape shape = {}, TensorOptions options = {});
 
 // ---- random numbers ----
 class Generator {
@@ -41,9 +40,16 @@ class Generator {
   explicit Generator(uint64_t seed = 0) : seed_(seed) {}
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
-  void manual_seed(uint64_t seed) { seed_ = seed; offset_ = 0; }
+  void manual_seed(uint64_t seed) {
+    seed_ = seed;
+    offset_ = 0;
+  }
   // Reserve `count` counters for one draw; returns the first.
-  uint64_t advance(uint64_t count) { uint64_t o = offset_; offset_ += count; return o; }
+  uint64_t advance(uint64_t count) {
+    uint64_t o = offset_;
+    offset_ += count;
+    return o;
+  }
 
  private:
   uint64_t seed_;

@@ -17,53 +17,79 @@
 namespace ringgrad::math {
 
 inline constexpr double kSqrt2 = 1.4142135623730951;
-inline constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1/sqrt(2π)
-inline constexpr double kSqrt2OverPi = 0.7978845608028654; // sqrt(2/π)
+inline constexpr double kInvSqrt2Pi = 0.3989422804014327;   // 1/sqrt(2π)
+inline constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/π)
 inline constexpr double kGeluCoeff = 0.044715;
 
 // ---- unary ----
-template <typename T> RG_HD T sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
-template <typename T> RG_HD T relu(T x) { return x > T(0) ? x : T(0); }
-template <typename T> RG_HD T rsqrt(T x) { return T(1) / std::sqrt(x); }
+template <typename T>
+RG_HD T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+template <typename T>
+RG_HD T relu(T x) {
+  return x > T(0) ? x : T(0);
+}
+template <typename T>
+RG_HD T rsqrt(T x) {
+  return T(1) / std::sqrt(x);
+}
 
 // gelu(x) = x·Φ(x) = ½x(1 + erf(x/√2))
-template <typename T> RG_HD T gelu_erf(T x) {
+template <typename T>
+RG_HD T gelu_erf(T x) {
   return T(0.5) * x * (T(1) + std::erf(x / T(kSqrt2)));
 }
 // d/dx gelu = Φ(x) + x·φ(x)
-template <typename T> RG_HD T gelu_erf_grad(T x) {
+template <typename T>
+RG_HD T gelu_erf_grad(T x) {
   T cdf = T(0.5) * (T(1) + std::erf(x / T(kSqrt2)));
   T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
   return cdf + x * pdf;
 }
 // gelu ≈ ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
-template <typename T> RG_HD T gelu_tanh(T x) {
+template <typename T>
+RG_HD T gelu_tanh(T x) {
   T u = T(kSqrt2OverPi) * (x + T(kGeluCoeff) * x * x * x);
   return T(0.5) * x * (T(1) + std::tanh(u));
 }
-template <typename T> RG_HD T gelu_tanh_grad(T x) {
+template <typename T>
+RG_HD T gelu_tanh_grad(T x) {
   T u = T(kSqrt2OverPi) * (x + T(kGeluCoeff) * x * x * x);
   T t = std::tanh(u);
   T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCoeff) * x * x);
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du;
 }
-template <typename T> RG_HD T clamp(T x, T lo, T hi) { return x < lo ? lo : (x > hi ? hi : x); }
-template <typename T> RG_HD T sign(T x) { return T((x > T(0)) - (x < T(0))); }
+template <typename T>
+RG_HD T clamp(T x, T lo, T hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+template <typename T>
+RG_HD T sign(T x) {
+  return T((x > T(0)) - (x < T(0)));
+}
 
 // ---- binary ----
-template <typename T> RG_HD T maximum(T a, T b) { return (a != a || a > b) ? a : b; }  // NaN wins
-template <typename T> RG_HD T minimum(T a, T b) { return (a != a || a < b) ? a : b; }
+template <typename T>
+RG_HD T maximum(T a, T b) {
+  return (a != a || a > b) ? a : b;
+}  // NaN wins
+template <typename T>
+RG_HD T minimum(T a, T b) {
+  return (a != a || a < b) ? a : b;
+}
 
 // ---- reductions ----
 // log(exp(a) + exp(b)) without overflow.
-template <typename T> RG_HD T log_add_exp(T a, T b) {
+template <typename T>
+RG_HD T log_add_exp(T a, T b) {
   T m = a > b ? a : b;
   if (m == -INFINITY) return m;
   return m + std::log(std::exp(a - m) + std::exp(b - m));
 }
 
-// ---- random numbers: Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3") ----
-// Four 32-bit outputs from a 128-bit counter and a 64-bit key; every counter is
+// ---- random numbers: Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
+// 3") ---- Four 32-bit outputs from a 128-bit counter and a 64-bit key; every counter is
 // independent, so element i of a draw can be computed by whichever thread owns it.
 struct Philox4 {
   uint32_t v[4];
@@ -93,12 +119,16 @@ RG_HD double uniform_double(uint32_t hi, uint32_t lo) {
 }
 // Element i of a draw uses counter (offset + i): uniform takes v[0..1], normal
 // takes all four through Box–Muller (radius from one uniform, angle from the other).
-template <typename T> RG_HD T philox_uniform(uint64_t seed, uint64_t counter) {
+template <typename T>
+RG_HD T philox_uniform(uint64_t seed, uint64_t counter) {
   Philox4 r = philox4x32(seed, counter);
-  if constexpr (sizeof(T) == 4) return T(uniform_float(r.v[0]));
-  else return T(uniform_double(r.v[0], r.v[1]));
+  if constexpr (sizeof(T) == 4)
+    return T(uniform_float(r.v[0]));
+  else
+    return T(uniform_double(r.v[0], r.v[1]));
 }
-template <typename T> RG_HD T philox_normal(uint64_t seed, uint64_t counter) {
+template <typename T>
+RG_HD T philox_normal(uint64_t seed, uint64_t counter) {
   Philox4 r = philox4x32(seed, counter);
   double u1 = 1.0 - uniform_double(r.v[0], r.v[1]);  // (0, 1]: log is finite
   double u2 = uniform_double(r.v[2], r.v[3]);

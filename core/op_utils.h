@@ -31,7 +31,9 @@ inline void check_dtype(const Tensor& t, DType want, const char* op, const char*
   RG_CHECK(t.dtype() == want, op, "expected ", what, " of dtype ", want, ", got ", t.dtype());
 }
 
-inline TensorOptions options_of(const Tensor& t) { return {.dtype = t.dtype(), .device = t.device()}; }
+inline TensorOptions options_of(const Tensor& t) {
+  return {.dtype = t.dtype(), .device = t.device()};
+}
 
 // A 0-dim tensor holding `value`, with t's dtype and device.
 inline Tensor scalar_like(const Tensor& t, double value) { return full({}, value, options_of(t)); }

@@ -58,54 +58,64 @@ Tensor fused_backward(BinaryOp op, const Tensor& g, const Tensor& saved) {
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = arith(BinaryOp::Add, "add", a, b);
-  autograd::record("add", out, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
-    return Grads{sum_to(g, sa), sum_to(g, sb)};
-  });
+  if (autograd::needs_grad({&a, &b}))
+    autograd::record("add", out, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+      return Grads{sum_to(g, sa), sum_to(g, sb)};
+    });
   return out;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = arith(BinaryOp::Sub, "sub", a, b);
-  autograd::record("sub", out, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
-    return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
-  });
+  if (autograd::needs_grad({&a, &b}))
+    autograd::record("sub", out, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
+      return Grads{sum_to(g, sa), sum_to(neg(g), sb)};
+    });
   return out;
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = arith(BinaryOp::Mul, "mul", a, b);
-  autograd::record("mul", out, {&a, &b},
-                   [a = a.detach(), b = b.detach()](const Tensor& g, const std::vector<bool>& need) {
-                     return Grads{need[0] ? sum_to(mul(g, b), a.shape()) : Tensor(),
-                                  need[1] ? sum_to(mul(g, a), b.shape()) : Tensor()};
-                   });
+  if (autograd::needs_grad({&a, &b}))
+    autograd::record(
+        "mul", out, {&a, &b},
+        [a = a.detach(), b = b.detach()](const Tensor& g, const std::vector<bool>& need) {
+          return Grads{need[0] ? sum_to(mul(g, b), a.shape()) : Tensor(),
+                       need[1] ? sum_to(mul(g, a), b.shape()) : Tensor()};
+        });
   return out;
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   RG_CHECK(is_floating(a.dtype()), "div", "expected floating tensors, got ", a.dtype());
   Tensor out = arith(BinaryOp::Div, "div", a, b);
-  autograd::record("div", out, {&a, &b},
-                   [a = a.detach(), b = b.detach(), o = out.detach()](
-                       const Tensor& g, const std::vector<bool>& need) {
-                     return Grads{need[0] ? sum_to(div(g, b), a.shape()) : Tensor(),
-                                  need[1] ? sum_to(neg(div(mul(g, o), b)), b.shape()) : Tensor()};
-                   });
+  if (autograd::needs_grad({&a, &b}))
+    autograd::record("div", out, {&a, &b},
+                     [a = a.detach(), b = b.detach(), o = out.detach()](
+                         const Tensor& g, const std::vector<bool>& need) {
+                       return Grads{need[0] ? sum_to(div(g, b), a.shape()) : Tensor(),
+                                    need[1] ? sum_to(neg(div(mul(g, o), b)), b.shape()) : Tensor()};
+                     });
   return out;
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   RG_CHECK(is_floating(a.dtype()), "pow", "expected floating tensors, got ", a.dtype());
   Tensor out = arith(BinaryOp::Pow, "pow", a, b);
-  autograd::record("pow", out, {&a, &b},
-                   [a = a.detach(), b = b.detach(), o = out.detach()](
-                       const Tensor& g, const std::vector<bool>& need) {
-                     // d/da a^b = b·a^(b-1);  d/db a^b = a^b·log(a)
-                     Tensor da, db;
-                     if (need[0]) da = sum_to(mul(g, mul(b, pow(a, sub(b, scalar_like(b, 1))))), a.shape());
-                     if (need[1]) db = sum_to(mul(g, mul(o, log(a))), b.shape());
-                     return Grads{da, db};
-                   });
+  if (autograd::needs_grad({&a, &b}))
+    autograd::record(
+        "pow", out, {&a, &b},
+        [a = a.detach(), b = b.detach(), o = out.detach()](const Tensor& g,
+                                                           const std::vector<bool>& need) {
+          // d/da a^b = b·a^(b-1);  d/db a^b = a^b·log(a)
+          Tensor da, db;
+          if (need[0]) da = sum_to(mul(g, mul(b, pow(a, sub(b, scalar_like(b, 1))))), a.shape());
+          // where a == 0, a^b·log(a) is 0·(-inf): the limit (and PyTorch's answer) is 0
+          if (need[1])
+            db = sum_to(where(eq(a, scalar_like(a, 0)), scalar_like(g, 0), mul(g, mul(o, log(a)))),
+                        b.shape());
+          return Grads{da, db};
+        });
   return out;
 }
 
@@ -113,24 +123,42 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 static Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   Tensor out = arith(op, name, a, b);
   bool is_max = op == BinaryOp::Maximum;
-  autograd::record(name, out, {&a, &b}, [a = a.detach(), b = b.detach(), is_max](const Tensor& g) {
-    Tensor wins = (is_max ? gt(a, b) : lt(a, b)).to(g.dtype());
-    Tensor ties = eq(a, b).to(g.dtype());
-    Tensor share_a = add(wins, mul(ties, scalar_like(g, 0.5)));
-    Tensor share_b = sub(scalar_like(g, 1.0), share_a);
-    return Grads{sum_to(mul(g, share_a), a.shape()), sum_to(mul(g, share_b), b.shape())};
-  });
+  if (autograd::needs_grad({&a, &b}))
+    autograd::record(
+        name, out, {&a, &b}, [a = a.detach(), b = b.detach(), is_max](const Tensor& g) {
+          Tensor wins = (is_max ? gt(a, b) : lt(a, b)).to(g.dtype());
+          Tensor ties = eq(a, b).to(g.dtype());
+          Tensor share_a = add(wins, mul(ties, scalar_like(g, 0.5)));
+          Tensor share_b = sub(scalar_like(g, 1.0), share_a);
+          return Grads{sum_to(mul(g, share_a), a.shape()), sum_to(mul(g, share_b), b.shape())};
+        });
   return out;
 }
-Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Maximum, "maximum", a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Minimum, "minimum", a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return extremum(BinaryOp::Maximum, "maximum", a, b);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return extremum(BinaryOp::Minimum, "minimum", a, b);
+}
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Eq, "eq", a, b, kBool); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ne, "ne", a, b, kBool); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Lt, "lt", a, b, kBool); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Le, "le", a, b, kBool); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Gt, "gt", a, b, kBool); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ge, "ge", a, b, kBool); }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  return binary_forward(BinaryOp::Eq, "eq", a, b, kBool);
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  return binary_forward(BinaryOp::Ne, "ne", a, b, kBool);
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  return binary_forward(BinaryOp::Lt, "lt", a, b, kBool);
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  return binary_forward(BinaryOp::Le, "le", a, b, kBool);
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  return binary_forward(BinaryOp::Gt, "gt", a, b, kBool);
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  return binary_forward(BinaryOp::Ge, "ge", a, b, kBool);
+}
 
 // ---------------------------------------------------------------- unary
 
@@ -150,78 +178,90 @@ Tensor unary_forward(UnaryOp op, const char* name, const Tensor& x, double p0 = 
 
 Tensor neg(const Tensor& x) {
   Tensor out = unary_forward(UnaryOp::Neg, "neg", x);
-  autograd::record("neg", out, {&x}, [](const Tensor& g) { return Grads{neg(g)}; });
+  if (autograd::needs_grad({&x}))
+    autograd::record("neg", out, {&x}, [](const Tensor& g) { return Grads{neg(g)}; });
   return out;
 }
 
 Tensor exp(const Tensor& x) {
   Tensor out = unary_forward(UnaryOp::Exp, "exp", x);
-  autograd::record("exp", out, {&x}, [y = out.detach()](const Tensor& g) { return Grads{mul(g, y)}; });
+  if (autograd::needs_grad({&x}))
+    autograd::record("exp", out, {&x},
+                     [y = out.detach()](const Tensor& g) { return Grads{mul(g, y)}; });
   return out;
 }
 
 Tensor log(const Tensor& x) {
   Tensor out = unary_forward(UnaryOp::Log, "log", x);
-  autograd::record("log", out, {&x}, [x = x.detach()](const Tensor& g) { return Grads{div(g, x)}; });
+  if (autograd::needs_grad({&x}))
+    autograd::record("log", out, {&x},
+                     [x = x.detach()](const Tensor& g) { return Grads{div(g, x)}; });
   return out;
 }
 
 Tensor sqrt(const Tensor& x) {
   Tensor out = unary_forward(UnaryOp::Sqrt, "sqrt", x);
-  autograd::record("sqrt", out, {&x}, [y = out.detach()](const Tensor& g) {
-    return Grads{div(mul(g, scalar_like(g, 0.5)), y)};  // ½/√x
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("sqrt", out, {&x}, [y = out.detach()](const Tensor& g) {
+      return Grads{div(mul(g, scalar_like(g, 0.5)), y)};  // ½/√x
+    });
   return out;
 }
 
 Tensor rsqrt(const Tensor& x) {
   Tensor out = unary_forward(UnaryOp::Rsqrt, "rsqrt", x);
-  autograd::record("rsqrt", out, {&x}, [y = out.detach()](const Tensor& g) {
-    return Grads{mul(g, mul(pow(y, 3.0), scalar_like(g, -0.5)))};  // -½·x^(-3/2)
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("rsqrt", out, {&x}, [y = out.detach()](const Tensor& g) {
+      return Grads{mul(g, mul(pow(y, 3.0), scalar_like(g, -0.5)))};  // -½·x^(-3/2)
+    });
   return out;
 }
 
 Tensor tanh(const Tensor& x) {
   Tensor out = unary_forward(UnaryOp::Tanh, "tanh", x);
-  autograd::record("tanh", out, {&x}, [y = out.detach()](const Tensor& g) {
-    return Grads{fused_backward(BinaryOp::TanhBackward, g, y)};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("tanh", out, {&x}, [y = out.detach()](const Tensor& g) {
+      return Grads{fused_backward(BinaryOp::TanhBackward, g, y)};
+    });
   return out;
 }
 
 Tensor sigmoid(const Tensor& x) {
   Tensor out = unary_forward(UnaryOp::Sigmoid, "sigmoid", x);
-  autograd::record("sigmoid", out, {&x}, [y = out.detach()](const Tensor& g) {
-    return Grads{fused_backward(BinaryOp::SigmoidBackward, g, y)};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("sigmoid", out, {&x}, [y = out.detach()](const Tensor& g) {
+      return Grads{fused_backward(BinaryOp::SigmoidBackward, g, y)};
+    });
   return out;
 }
 
 Tensor relu(const Tensor& x) {
   Tensor out = unary_forward(UnaryOp::Relu, "relu", x);
   // relu(x) > 0 exactly where x > 0, so the output serves as the mask.
-  autograd::record("relu", out, {&x}, [y = out.detach()](const Tensor& g) {
-    return Grads{fused_backward(BinaryOp::ReluBackward, g, y)};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("relu", out, {&x}, [y = out.detach()](const Tensor& g) {
+      return Grads{fused_backward(BinaryOp::ReluBackward, g, y)};
+    });
   return out;
 }
 
 Tensor gelu(const Tensor& x, GeluApprox approximate) {
   bool tanh_form = approximate == GeluApprox::Tanh;
   Tensor out = unary_forward(tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, "gelu", x);
-  autograd::record("gelu", out, {&x}, [x = x.detach(), tanh_form](const Tensor& g) {
-    return Grads{fused_backward(tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward,
-                                g, x)};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("gelu", out, {&x}, [x = x.detach(), tanh_form](const Tensor& g) {
+      return Grads{
+          fused_backward(tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward, g, x)};
+    });
   return out;
 }
 
 Tensor abs(const Tensor& x) {
   Tensor out = unary_forward(UnaryOp::Abs, "abs", x);
-  autograd::record("abs", out, {&x}, [x = x.detach()](const Tensor& g) {
-    return Grads{fused_backward(BinaryOp::AbsBackward, g, x)};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("abs", out, {&x}, [x = x.detach()](const Tensor& g) {
+      return Grads{fused_backward(BinaryOp::AbsBackward, g, x)};
+    });
   return out;
 }
 
@@ -229,9 +269,10 @@ Tensor clamp(const Tensor& x, double min, double max) {
   RG_CHECK(!(min > max), "clamp", "expected min <= max, got ", min, " and ", max);
   Tensor out = unary_forward(UnaryOp::Clamp, "clamp", x, min, max);
   // The gradient passes where clamping changed nothing.
-  autograd::record("clamp", out, {&x}, [x = x.detach(), y = out.detach()](const Tensor& g) {
-    return Grads{where(eq(x, y), g, scalar_like(g, 0))};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("clamp", out, {&x}, [x = x.detach(), y = out.detach()](const Tensor& g) {
+      return Grads{where(eq(x, y), g, scalar_like(g, 0))};
+    });
   return out;
 }
 
@@ -240,11 +281,12 @@ Tensor clamp_max(const Tensor& x, double max) { return clamp(x, -INFINITY, max);
 
 Tensor pow(const Tensor& x, double exponent) {
   Tensor out = unary_forward(UnaryOp::PowScalar, "pow", x, exponent);
-  autograd::record("pow", out, {&x}, [x = x.detach(), exponent](const Tensor& g) {
-    Tensor d = exponent == 2.0 ? mul(x, scalar_like(x, 2.0))
-                               : mul(pow(x, exponent - 1.0), scalar_like(x, exponent));
-    return Grads{mul(g, d)};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("pow", out, {&x}, [x = x.detach(), exponent](const Tensor& g) {
+      Tensor d = exponent == 2.0 ? mul(x, scalar_like(x, 2.0))
+                                 : mul(pow(x, exponent - 1.0), scalar_like(x, exponent));
+      return Grads{mul(g, d)};
+    });
   return out;
 }
 
@@ -259,13 +301,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), op), b.shape(), op);
   Tensor out = empty(shape, detail::options_of(a));
   backend(a.device(), op).where(ref(cond, shape), ref(a, shape), ref(b, shape), ref(out));
-  autograd::record("where", out, {&a, &b},
-                   [c = cond, sa = a.shape(), sb = b.shape()](const Tensor& g,
-                                                              const std::vector<bool>& need) {
-                     Tensor zero = scalar_like(g, 0);
-                     return Grads{need[0] ? sum_to(where(c, g, zero), sa) : Tensor(),
-                                  need[1] ? sum_to(where(c, zero, g), sb) : Tensor()};
-                   });
+  if (autograd::needs_grad({&a, &b}))
+    autograd::record(
+        "where", out, {&a, &b},
+        [c = cond, sa = a.shape(), sb = b.shape()](const Tensor& g, const std::vector<bool>& need) {
+          Tensor zero = scalar_like(g, 0);
+          return Grads{need[0] ? sum_to(where(c, g, zero), sa) : Tensor(),
+                       need[1] ? sum_to(where(c, zero, g), sb) : Tensor()};
+        });
   return out;
 }
 

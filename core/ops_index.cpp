@@ -48,9 +48,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor xc = x.contiguous(), ic = index.contiguous();
   Tensor out = empty(shape, detail::options_of(x));
   backend(x.device(), op).index_select(ref(xc), ref(ic), ref(out), outer, x.size(d), n, inner);
-  autograd::record(op, out, {&x}, [s = x.shape(), d, ic](const Tensor& g) {
-    return Grads{index_add(zeros(s, detail::options_of(g)), d, ic, g)};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record(op, out, {&x}, [s = x.shape(), d, ic](const Tensor& g) {
+      return Grads{index_add(zeros(s, detail::options_of(g)), d, ic, g)};
+    });
   return out;
 }
 
@@ -70,11 +71,12 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   split_around(x.shape(), d, &outer, &inner);
   Tensor out = x.detach().clone();
   Tensor ic = index.contiguous(), sc = src.contiguous();
-  backend(x.device(), op).index_add(ref(out), ref(ic), ref(sc), outer, x.size(d), index.numel(),
-                                    inner);
-  autograd::record(op, out, {&x, &src}, [d, ic](const Tensor& g) {
-    return Grads{g, index_select(g, d, ic)};
-  });
+  backend(x.device(), op)
+      .index_add(ref(out), ref(ic), ref(sc), outer, x.size(d), index.numel(), inner);
+  if (autograd::needs_grad({&x, &src}))
+    autograd::record(op, out, {&x, &src}, [d, ic](const Tensor& g) {
+      return Grads{g, index_select(g, d, ic)};
+    });
   return out;
 }
 
@@ -87,11 +89,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   split_around(x.shape(), d, &outer, &inner);
   Tensor xc = x.contiguous(), ic = index.contiguous();
   Tensor out = empty(index.shape(), detail::options_of(x));
-  backend(x.device(), op).gather(ref(xc), ref(ic), ref(out), outer, x.size(d),
-                                 x.dim() ? index.size(d) : 1, inner);
-  autograd::record(op, out, {&x}, [s = x.shape(), d, ic](const Tensor& g) {
-    return Grads{scatter_add(zeros(s, detail::options_of(g)), d, ic, g)};
-  });
+  backend(x.device(), op)
+      .gather(ref(xc), ref(ic), ref(out), outer, x.size(d), x.dim() ? index.size(d) : 1, inner);
+  if (autograd::needs_grad({&x}))
+    autograd::record(op, out, {&x}, [s = x.shape(), d, ic](const Tensor& g) {
+      return Grads{scatter_add(zeros(s, detail::options_of(g)), d, ic, g)};
+    });
   return out;
 }
 
@@ -108,11 +111,13 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   split_around(x.shape(), d, &outer, &inner);
   Tensor out = x.detach().clone();
   Tensor ic = index.contiguous(), sc = src.contiguous();
-  backend(x.device(), op).scatter_add(ref(out), ref(ic), ref(sc), outer, x.size(d),
-                                      x.dim() ? index.size(d) : 1, inner);
-  autograd::record(op, out, {&x, &src}, [d, ic](const Tensor& g) {
-    return Grads{g, gather(g, d, ic)};
-  });
+  backend(x.device(), op)
+      .scatter_add(ref(out), ref(ic), ref(sc), outer, x.size(d), x.dim() ? index.size(d) : 1,
+                   inner);
+  if (autograd::needs_grad({&x, &src}))
+    autograd::record(op, out, {&x, &src}, [d, ic](const Tensor& g) {
+      return Grads{g, gather(g, d, ic)};
+    });
   return out;
 }
 
@@ -180,8 +185,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     RG_CHECK(s >= 0, "split", "expected non-negative sizes, got ", s);
     total += s;
   }
-  RG_CHECK(total == x.size(d), "split", "expected sizes that add up to ", x.size(d),
-           " (dim ", d, " of ", shape_str(x.shape()), "), got ", total);
+  RG_CHECK(total == x.size(d), "split", "expected sizes that add up to ", x.size(d), " (dim ", d,
+           " of ", shape_str(x.shape()), "), got ", total);
   std::vector<Tensor> parts;
   int64_t start = 0;
   for (int64_t s : sizes) parts.push_back(x.narrow(d, start, s)), start += s;

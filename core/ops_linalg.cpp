@@ -68,29 +68,39 @@ Operand gemm_operand(const Tensor& t, int64_t nb) {
 Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   const char* op = "matmul";
   int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  RG_CHECK(b.size(-2) == k, op, "expected a.shape[-1] == b.shape[-2], got ",
-           shape_str(a.shape()), " and ", shape_str(b.shape()));
-  Shape a_batch(a.shape().begin(), a.shape().end() - 2);
-  Shape b_batch(b.shape().begin(), b.shape().end() - 2);
-  Shape batch;
-  try {
-    batch = broadcast_shapes(a_batch, b_batch, op);
-  } catch (const Error&) {
-    fail(op, "expected broadcastable batch dims, got ", shape_str(a.shape()), " and ",
-         shape_str(b.shape()));
+  RG_CHECK(b.size(-2) == k, op, "expected a.shape[-1] == b.shape[-2], got ", shape_str(a.shape()),
+           " and ", shape_str(b.shape()));
+  Operand A, B;
+  Shape out_shape;
+  int64_t batch_count = 1;
+  if (a.dim() == 2 && b.dim() == 2) {  // the common case (Linear): no batch dims to line up
+    A = gemm_operand(a, 0);
+    B = gemm_operand(b, 0);
+    out_shape = {m, n};
+  } else {
+    Shape a_batch(a.shape().begin(), a.shape().end() - 2);
+    Shape b_batch(b.shape().begin(), b.shape().end() - 2);
+    Shape batch;
+    try {
+      batch = broadcast_shapes(a_batch, b_batch, op);
+    } catch (const Error&) {
+      fail(op, "expected broadcastable batch dims, got ", shape_str(a.shape()), " and ",
+           shape_str(b.shape()));
+    }
+    Shape a_full = batch, b_full = batch;
+    out_shape = batch;
+    a_full.insert(a_full.end(), {m, k});
+    b_full.insert(b_full.end(), {k, n});
+    out_shape.insert(out_shape.end(), {m, n});
+    int64_t nb = static_cast<int64_t>(batch.size());
+    batch_count = numel_of(batch);
+    A = gemm_operand(a.detach().expand(a_full), nb);
+    B = gemm_operand(b.detach().expand(b_full), nb);
   }
-  Shape a_full = batch, b_full = batch, out_shape = batch;
-  a_full.insert(a_full.end(), {m, k});
-  b_full.insert(b_full.end(), {k, n});
-  out_shape.insert(out_shape.end(), {m, n});
-  int64_t nb = static_cast<int64_t>(batch.size());
-
-  Operand A = gemm_operand(a.detach().expand(a_full), nb);
-  Operand B = gemm_operand(b.detach().expand(b_full), nb);
   Tensor out = empty(out_shape, detail::options_of(a));
   GemmArgs g;
   g.dtype = a.dtype();
-  g.batch = numel_of(batch);
+  g.batch = batch_count;
   g.m = m, g.n = n, g.k = k;
   g.a = A.t.raw_data(), g.a_batch_stride = A.batch_stride;
   g.a_row_stride = A.row_stride, g.a_col_stride = A.col_stride;
@@ -100,13 +110,15 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   if (out.numel() > 0) backend(a.device(), op).gemm(g);
 
   // dA = dC·Bᵀ, dB = Aᵀ·dC, each summed over the batch dims it was broadcast along.
-  autograd::record("matmul", out, {&a, &b},
-                   [a = a.detach(), b = b.detach()](const Tensor& g, const std::vector<bool>& need) {
-                     Tensor da, db;
-                     if (need[0]) da = sum_to(matmul_nd(g, b.transpose(-2, -1)), a.shape());
-                     if (need[1]) db = sum_to(matmul_nd(a.transpose(-2, -1), g), b.shape());
-                     return Grads{da, db};
-                   });
+  if (autograd::needs_grad({&a, &b}))
+    autograd::record(
+        "matmul", out, {&a, &b},
+        [a = a.detach(), b = b.detach()](const Tensor& g, const std::vector<bool>& need) {
+          Tensor da, db;
+          if (need[0]) da = sum_to(matmul_nd(g, b.transpose(-2, -1)), a.shape());
+          if (need[1]) db = sum_to(matmul_nd(a.transpose(-2, -1), g), b.shape());
+          return Grads{da, db};
+        });
   return out;
 }
 

@@ -16,10 +16,10 @@ using detail::scalar_like;
 namespace {
 
 struct Reduction {
-  Tensor input;          // contiguous, laid out as [outer, r, inner]
+  Tensor input;  // contiguous, laid out as [outer, r, inner]
   int64_t outer = 1, r = 1, inner = 1;
-  Shape keep_shape;      // result with reduced dims kept as 1
-  Shape out_shape;       // result as returned (keepdim or not)
+  Shape keep_shape;  // result with reduced dims kept as 1
+  Shape out_shape;   // result as returned (keepdim or not)
 };
 
 std::vector<bool> reduced_mask(const Tensor& x, const Dims& dims, const char* op) {
@@ -88,9 +88,10 @@ Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
   Reduction p = plan_reduction(x, dims, keepdim, "sum");
   DType dt = is_floating(x.dtype()) ? x.dtype() : kInt64;
   Tensor out = run_reduction(ReduceOp::Sum, p, dt, "sum");
-  autograd::record("sum", out, {&x}, [k = p.keep_shape, s = x.shape()](const Tensor& g) {
-    return Grads{expand_back(g, k, s)};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("sum", out, {&x}, [k = p.keep_shape, s = x.shape()](const Tensor& g) {
+      return Grads{expand_back(g, k, s)};
+    });
   return out;
 }
 
@@ -103,9 +104,10 @@ Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
     NoGradGuard no_grad;
     out.mul_(1.0 / count);
   }
-  autograd::record("mean", out, {&x}, [k = p.keep_shape, s = x.shape(), count](const Tensor& g) {
-    return Grads{expand_back(g * (1.0 / count), k, s)};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record("mean", out, {&x}, [k = p.keep_shape, s = x.shape(), count](const Tensor& g) {
+      return Grads{expand_back(g * (1.0 / count), k, s)};
+    });
   return out;
 }
 
@@ -115,12 +117,14 @@ static Tensor extreme(ReduceOp op, const char* name, const Tensor& x, const Dims
   RG_CHECK(x.dtype() != kBool, name, "expected a numeric tensor, got bool");
   Reduction p = plan_reduction(x, dims, keepdim, name);
   Tensor out = run_reduction(op, p, x.dtype(), name);
-  autograd::record(name, out, {&x}, [x = x.detach(), y = out.detach(), k = p.keep_shape,
-                                     dims, name](const Tensor& g) {
-    Tensor hit = eq(x, y.reshape(k)).to(g.dtype());
-    Tensor count = sum(hit, dims, true);
-    return Grads{mul(hit, div(g.reshape(k), count))};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record(
+        name, out, {&x},
+        [x = x.detach(), y = out.detach(), k = p.keep_shape, dims, name](const Tensor& g) {
+          Tensor hit = eq(x, y.reshape(k)).to(g.dtype());
+          Tensor count = sum(hit, dims, true);
+          return Grads{mul(hit, div(g.reshape(k), count))};
+        });
   return out;
 }
 
@@ -135,10 +139,12 @@ Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
   detail::check_floating(x, "logsumexp");
   Reduction p = plan_reduction(x, dims, keepdim, "logsumexp");
   Tensor out = run_reduction(ReduceOp::LogSumExp, p, x.dtype(), "logsumexp");
-  autograd::record("logsumexp", out, {&x}, [x = x.detach(), y = out.detach(),
-                                            k = p.keep_shape](const Tensor& g) {
-    return Grads{mul(g.reshape(k), exp(sub(x, y.reshape(k))))};  // softmax weights
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record(
+        "logsumexp", out, {&x},
+        [x = x.detach(), y = out.detach(), k = p.keep_shape](const Tensor& g) {
+          return Grads{mul(g.reshape(k), exp(sub(x, y.reshape(k))))};  // softmax weights
+        });
   return out;
 }
 
@@ -164,7 +170,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   size_t lead = x.shape().size() - shape.size();
   Dims dims;
   for (size_t i = 0; i < x.shape().size(); ++i)
-    if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1)) dims.push_back(static_cast<int64_t>(i));
+    if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1))
+      dims.push_back(static_cast<int64_t>(i));
   Tensor s = dims.empty() ? x : sum(x, dims, true);
   return s.reshape(shape);
 }
@@ -181,12 +188,15 @@ static Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* n
   for (int64_t i = d + 1; i < x.dim(); ++i) inner *= x.size(i);
   Tensor out = empty(x.shape(), detail::options_of(x));
   backend(x.device(), name).softmax(ref(in), ref(out), outer, r, inner, log);
-  autograd::record(name, out, {&x}, [y = out.detach(), outer, r, inner, log, name](const Tensor& g) {
-    Tensor gc = g.contiguous();
-    Tensor dx = empty(y.shape(), detail::options_of(y));
-    backend(y.device(), name).softmax_backward(ref(gc), ref(y), ref(dx), outer, r, inner, log);
-    return Grads{dx};
-  });
+  if (autograd::needs_grad({&x}))
+    autograd::record(name, out, {&x},
+                     [y = out.detach(), outer, r, inner, log, name](const Tensor& g) {
+                       Tensor gc = g.contiguous();
+                       Tensor dx = empty(y.shape(), detail::options_of(y));
+                       backend(y.device(), name)
+                           .softmax_backward(ref(gc), ref(y), ref(dx), outer, r, inner, log);
+                       return Grads{dx};
+                     });
   return out;
 }
 

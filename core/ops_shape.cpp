@@ -56,7 +56,8 @@ bool view_strides(const Shape& old_shape, const Shape& old_strides, const Shape&
   int64_t chunk_base_stride = old_strides.back(), tensor_numel = 1, view_numel = 1;
   for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
     tensor_numel *= old_shape[d];
-    if (d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+    if (d == 0 ||
+        (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
       while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
         (*strides)[view_d] = view_numel * chunk_base_stride;
         view_numel *= shape[view_d];
@@ -90,9 +91,9 @@ Tensor Tensor::view(const Shape& requested) const {
            "expected a shape compatible with the input's memory layout, got ", shape_str(shape),
            " for a non-contiguous ", describe(), " (use reshape(), which copies when needed)");
   Tensor out = make_view(*this, shape, new_strides, offset());
-  autograd::record("view", out, {this}, [s = this->shape()](const Tensor& g) {
-    return Grads{g.reshape(s)};
-  });
+  if (autograd::needs_grad({this}))
+    autograd::record("view", out, {this},
+                     [s = this->shape()](const Tensor& g) { return Grads{g.reshape(s)}; });
   return out;
 }
 
@@ -105,7 +106,8 @@ Tensor Tensor::reshape(const Shape& requested) const {
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   if (dim() == 0) return reshape({1});
-  int64_t s = normalize_dim(start_dim, dim(), "flatten"), e = normalize_dim(end_dim, dim(), "flatten");
+  int64_t s = normalize_dim(start_dim, dim(), "flatten"),
+          e = normalize_dim(end_dim, dim(), "flatten");
   RG_CHECK(s <= e, "flatten", "expected start_dim <= end_dim, got ", start_dim, " and ", end_dim);
   Shape shape(this->shape().begin(), this->shape().begin() + s);
   int64_t n = 1;
@@ -116,8 +118,8 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 }
 
 Tensor Tensor::permute(const Dims& dims) const {
-  RG_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute", "expected ", dim(),
-           " dims, got ", dims.size());
+  RG_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute", "expected ", dim(), " dims, got ",
+           dims.size());
   Shape shape(dim()), st(dim());
   Dims inverse(dim(), -1);
   for (int64_t i = 0; i < dim(); ++i) {
@@ -128,9 +130,9 @@ Tensor Tensor::permute(const Dims& dims) const {
     st[i] = stride(d);
   }
   Tensor out = make_view(*this, shape, st, offset());
-  autograd::record("permute", out, {this}, [inverse](const Tensor& g) {
-    return Grads{g.permute(inverse)};
-  });
+  if (autograd::needs_grad({this}))
+    autograd::record("permute", out, {this},
+                     [inverse](const Tensor& g) { return Grads{g.permute(inverse)}; });
   return out;
 }
 
@@ -144,7 +146,8 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::t() const {
-  RG_CHECK(dim() <= 2, "t", "expected a tensor with at most 2 dims, got shape ", shape_str(shape()));
+  RG_CHECK(dim() <= 2, "t", "expected a tensor with at most 2 dims, got shape ",
+           shape_str(shape()));
   return dim() < 2 ? *this : transpose(0, 1);
 }
 
@@ -159,9 +162,12 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   shape[d] = (end - start + step - 1) / step;
   st[d] = stride(d) * step;
   Tensor out = make_view(*this, shape, st, offset() + start * stride(d));
-  autograd::record("slice", out, {this}, [s = this->shape(), d, start, end, step](const Tensor& g) {
-    return Grads{scatter_into_zeros(g, s, [&](const Tensor& z) { return z.slice(d, start, end, step); })};
-  });
+  if (autograd::needs_grad({this}))
+    autograd::record("slice", out, {this},
+                     [s = this->shape(), d, start, end, step](const Tensor& g) {
+                       return Grads{scatter_into_zeros(
+                           g, s, [&](const Tensor& z) { return z.slice(d, start, end, step); })};
+                     });
   return out;
 }
 
@@ -177,16 +183,17 @@ Tensor Tensor::select(int64_t dim_, int64_t index) const {
   int64_t d = normalize_dim(dim_, dim(), "select");
   RG_CHECK(dim() > 0, "select", "expected a tensor with at least 1 dim, got a 0-d tensor");
   int64_t n = size(d);
-  RG_CHECK(index >= -n && index < n, "select", "expected an index in [", -n, ", ", n,
-           ") for dim ", d, " of ", shape_str(shape()), ", got ", index);
+  RG_CHECK(index >= -n && index < n, "select", "expected an index in [", -n, ", ", n, ") for dim ",
+           d, " of ", shape_str(shape()), ", got ", index);
   if (index < 0) index += n;
   Shape shape = this->shape(), st = strides();
   shape.erase(shape.begin() + d);
   st.erase(st.begin() + d);
   Tensor out = make_view(*this, shape, st, offset() + index * stride(d));
-  autograd::record("select", out, {this}, [s = this->shape(), d, index](const Tensor& g) {
-    return Grads{scatter_into_zeros(g, s, [&](const Tensor& z) { return z.select(d, index); })};
-  });
+  if (autograd::needs_grad({this}))
+    autograd::record("select", out, {this}, [s = this->shape(), d, index](const Tensor& g) {
+      return Grads{scatter_into_zeros(g, s, [&](const Tensor& z) { return z.select(d, index); })};
+    });
   return out;
 }
 
@@ -197,7 +204,9 @@ Tensor Tensor::unsqueeze(int64_t dim_) const {
   shape.insert(shape.begin() + d, 1);
   st.insert(st.begin() + d, s);
   Tensor out = make_view(*this, shape, st, offset());
-  autograd::record("unsqueeze", out, {this}, [d](const Tensor& g) { return Grads{g.squeeze(d)}; });
+  if (autograd::needs_grad({this}))
+    autograd::record("unsqueeze", out, {this},
+                     [d](const Tensor& g) { return Grads{g.squeeze(d)}; });
   return out;
 }
 
@@ -208,7 +217,9 @@ Tensor Tensor::squeeze(int64_t dim_) const {
   shape.erase(shape.begin() + d);
   st.erase(st.begin() + d);
   Tensor out = make_view(*this, shape, st, offset());
-  autograd::record("squeeze", out, {this}, [d](const Tensor& g) { return Grads{g.unsqueeze(d)}; });
+  if (autograd::needs_grad({this}))
+    autograd::record("squeeze", out, {this},
+                     [d](const Tensor& g) { return Grads{g.unsqueeze(d)}; });
   return out;
 }
 
@@ -232,9 +243,9 @@ Tensor Tensor::expand(const Shape& requested) const {
   }
   if (shape == this->shape()) return *this;
   Tensor out = make_view(*this, shape, st, offset());
-  autograd::record("expand", out, {this}, [s = this->shape()](const Tensor& g) {
-    return Grads{sum_to(g, s)};
-  });
+  if (autograd::needs_grad({this}))
+    autograd::record("expand", out, {this},
+                     [s = this->shape()](const Tensor& g) { return Grads{sum_to(g, s)}; });
   return out;
 }
 

@@ -4,8 +4,8 @@
 //   namespace rg = ringgrad;
 #pragma once
 
-#include "ringgrad/autograd/gradcheck.h"
 #include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/autograd/gradcheck.h"
 #include "ringgrad/core/device.h"
 #include "ringgrad/core/dtype.h"
 #include "ringgrad/core/error.h"

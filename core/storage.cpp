@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "ringgrad/core/backend.h"
+#include "ringgrad/core/cpu/cpu_backend.h"
 
 namespace ringgrad {
 namespace {
@@ -37,6 +38,10 @@ Storage::~Storage() {
 MemoryStats memory_stats(Device device) {
   Counters& c = counters(device);
   return {c.live.load(), c.peak.load(), c.allocations.load()};
+}
+
+void empty_cache(Device device) {
+  if (device.is_cpu()) cpu::release_cached_memory();
 }
 
 void reset_peak_memory(Device device) {

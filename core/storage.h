@@ -39,5 +39,7 @@ struct MemoryStats {
 // Counters per device type (all CPU storages together, all CUDA storages together).
 MemoryStats memory_stats(Device device = Device::cpu());
 void reset_peak_memory(Device device = Device::cpu());
+// Give the allocator's cached free blocks back to the system (like torch.cuda.empty_cache).
+void empty_cache(Device device = Device::cpu());
 
 }  // namespace ringgrad

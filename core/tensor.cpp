@@ -3,8 +3,8 @@
 
 #include <cstring>
 
-#include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/autograd/function.h"
+#include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/core/backend.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/ops.h"
@@ -48,8 +48,8 @@ Backend& backend(Device device, const char* op) {
 }
 
 static TensorRef make_ref(const Tensor& t, const Shape& shape, const Shape& strides) {
-  RG_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "tensor", "expected at most ",
-           kMaxDims, " dims, got ", shape.size(), " (shape ", shape_str(shape), ")");
+  RG_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "tensor", "expected at most ", kMaxDims,
+           " dims, got ", shape.size(), " (shape ", shape_str(shape), ")");
   TensorRef r;
   r.data = t.raw_data();
   r.dtype = t.dtype();
@@ -76,8 +76,9 @@ TensorRef ref(const Tensor& t, const Shape& as_shape) {
 // ---------------------------------------------------------------- metadata
 
 TensorImpl& Tensor::impl() const {
-  RG_CHECK(impl_ != nullptr, "tensor", "expected a defined tensor, got an undefined one "
-                                       "(default-constructed, or a gradient not yet computed)");
+  RG_CHECK(impl_ != nullptr, "tensor",
+           "expected a defined tensor, got an undefined one "
+           "(default-constructed, or a gradient not yet computed)");
   return *impl_;
 }
 
@@ -151,7 +152,8 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), {.dtype = dtype(), .device = device()});
   backend(device(), "clone").copy(ref(*this), ref(out));
-  autograd::record("clone", out, {this}, [](const Tensor& g) { return autograd::Grads{g}; });
+  if (autograd::needs_grad({this}))
+    autograd::record("clone", out, {this}, [](const Tensor& g) { return autograd::Grads{g}; });
   return out;
 }
 
@@ -161,9 +163,9 @@ Tensor Tensor::to(DType target) const {
   backend(device(), "to").copy(ref(*this), ref(out));
   if (is_floating(target) && is_floating(dtype())) {
     DType source = dtype();
-    autograd::record("to", out, {this}, [source](const Tensor& g) {
-      return autograd::Grads{g.to(source)};
-    });
+    if (autograd::needs_grad({this}))
+      autograd::record("to", out, {this},
+                       [source](const Tensor& g) { return autograd::Grads{g.to(source)}; });
   }
   return out;
 }
@@ -181,9 +183,9 @@ Tensor Tensor::to(Device target) const {
     backend(target, "to").copy_from_host(out.raw_data(), host.raw_data(), host.nbytes());
   }
   Device source = device();
-  autograd::record("to", out, {this}, [source](const Tensor& g) {
-    return autograd::Grads{g.to(source)};
-  });
+  if (autograd::needs_grad({this}))
+    autograd::record("to", out, {this},
+                     [source](const Tensor& g) { return autograd::Grads{g.to(source)}; });
   return out;
 }
 
@@ -192,8 +194,8 @@ Tensor Tensor::to(Device target) const {
 Tensor& Tensor::requires_grad_(bool on) {
   RG_CHECK(is_leaf(), "requires_grad_", "expected a leaf tensor, got the result of '",
            grad_fn()->name, "' (use .detach().requires_grad_() for a new leaf)");
-  RG_CHECK(!on || is_floating(dtype()), "requires_grad_",
-           "expected a floating-point tensor, got ", dtype());
+  RG_CHECK(!on || is_floating(dtype()), "requires_grad_", "expected a floating-point tensor, got ",
+           dtype());
   impl().requires_grad = on;
   return *this;
 }
@@ -202,8 +204,8 @@ Tensor Tensor::grad() const { return impl().grad ? Tensor(impl().grad) : Tensor(
 
 void Tensor::set_grad(const Tensor& g) {
   if (g.defined())
-    RG_CHECK(g.shape() == shape(), "set_grad", "expected a gradient of shape ",
-             shape_str(shape()), ", got ", shape_str(g.shape()));
+    RG_CHECK(g.shape() == shape(), "set_grad", "expected a gradient of shape ", shape_str(shape()),
+             ", got ", shape_str(g.shape()));
   impl().grad = g.impl_ptr();
 }
 
@@ -223,8 +225,8 @@ Tensor Tensor::detach() const {
 
 void Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) {
   RG_CHECK(is_leaf() && requires_grad(), "register_post_accumulate_grad_hook",
-           "expected a leaf that requires grad, got ", is_leaf() ? "a leaf without requires_grad"
-                                                                : "a non-leaf tensor");
+           "expected a leaf that requires grad, got ",
+           is_leaf() ? "a leaf without requires_grad" : "a non-leaf tensor");
   impl().post_accumulate_grad_hooks.push_back(std::move(hook));
 }
 
@@ -297,15 +299,23 @@ Tensor& Tensor::mul_(const Tensor& other) {
 
 Tensor Tensor::sum() const { return ringgrad::sum(*this); }
 Tensor Tensor::sum(int64_t dim, bool keepdim) const { return ringgrad::sum(*this, {dim}, keepdim); }
-Tensor Tensor::sum(const Dims& dims, bool keepdim) const { return ringgrad::sum(*this, dims, keepdim); }
+Tensor Tensor::sum(const Dims& dims, bool keepdim) const {
+  return ringgrad::sum(*this, dims, keepdim);
+}
 Tensor Tensor::mean() const { return ringgrad::mean(*this); }
-Tensor Tensor::mean(int64_t dim, bool keepdim) const { return ringgrad::mean(*this, {dim}, keepdim); }
-Tensor Tensor::mean(const Dims& dims, bool keepdim) const { return ringgrad::mean(*this, dims, keepdim); }
+Tensor Tensor::mean(int64_t dim, bool keepdim) const {
+  return ringgrad::mean(*this, {dim}, keepdim);
+}
+Tensor Tensor::mean(const Dims& dims, bool keepdim) const {
+  return ringgrad::mean(*this, dims, keepdim);
+}
 Tensor Tensor::max() const { return amax(*this); }
 Tensor Tensor::max(int64_t dim, bool keepdim) const { return amax(*this, {dim}, keepdim); }
 Tensor Tensor::min() const { return amin(*this); }
 Tensor Tensor::min(int64_t dim, bool keepdim) const { return amin(*this, {dim}, keepdim); }
-Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return ringgrad::argmax(*this, dim, keepdim); }
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const {
+  return ringgrad::argmax(*this, dim, keepdim);
+}
 Tensor Tensor::logsumexp(int64_t dim, bool keepdim) const {
   return ringgrad::logsumexp(*this, {dim}, keepdim);
 }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,9 @@ struct Node;
 class Tensor;
 
 // How a new tensor is made: rg::zeros({2, 3}, {.dtype = rg::kFloat64, .requires_grad = true}).
+// An unset dtype means the factory's default: float32, or the source's type (from_vector).
 struct TensorOptions {
-  DType dtype = kFloat32;
+  std::optional<DType> dtype = std::nullopt;
   Device device = kCPU;
   bool requires_grad = false;
 };
@@ -51,9 +53,9 @@ struct TensorImpl {
 
   // autograd
   bool requires_grad = false;
-  std::shared_ptr<autograd::Node> grad_fn;           // set on results of recorded ops
-  std::shared_ptr<TensorImpl> grad;                  // leaves: accumulated gradient
-  std::weak_ptr<autograd::Node> grad_accumulator;    // leaves: node that accumulates into grad
+  std::shared_ptr<autograd::Node> grad_fn;         // set on results of recorded ops
+  std::shared_ptr<TensorImpl> grad;                // leaves: accumulated gradient
+  std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: node that accumulates into grad
   std::vector<std::function<void(Tensor&)>> post_accumulate_grad_hooks;
 };
 
@@ -86,7 +88,9 @@ class Tensor {
   // The single value of a one-element tensor (copied to the host if needed).
   double item() const;
   template <typename T>
-  T item() const { return static_cast<T>(item()); }
+  T item() const {
+    return static_cast<T>(item());
+  }
   // All elements, in row-major order, converted to T (copied to the host if needed).
   template <typename T>
   std::vector<T> tolist() const;
@@ -96,8 +100,8 @@ class Tensor {
   Tensor& requires_grad_(bool on = true);  // only on leaves
   bool is_leaf() const { return impl().grad_fn == nullptr; }
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
-  Tensor grad() const;            // undefined until a backward reaches this leaf
-  void set_grad(const Tensor& g); // replace (or clear, with an undefined tensor) the gradient
+  Tensor grad() const;             // undefined until a backward reaches this leaf
+  void set_grad(const Tensor& g);  // replace (or clear, with an undefined tensor) the gradient
   // Backpropagate from this tensor. A non-scalar needs `gradient` (same shape).
   // Without retain_graph the graph's saved tensors are freed as backward passes.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
@@ -113,7 +117,8 @@ class Tensor {
   Tensor transpose(int64_t dim0, int64_t dim1) const;
   Tensor t() const;  // 2-D transpose
   Tensor permute(const Dims& dims) const;
-  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // python x[s:e:step]
+  Tensor slice(int64_t dim, int64_t start, int64_t end,
+               int64_t step = 1) const;  // python x[s:e:step]
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor select(int64_t dim, int64_t index) const;  // drops `dim`: x[index] for dim 0
   Tensor operator[](int64_t index) const { return select(0, index); }
@@ -180,6 +185,6 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 int64_t numel_of(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op);  // -1 -> ndim-1; checks range
-std::string shape_str(const Shape& shape);                           // "[2, 3]"
+std::string shape_str(const Shape& shape);                         // "[2, 3]"
 
 }  // namespace ringgrad

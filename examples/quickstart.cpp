@@ -7,9 +7,9 @@
 //                         update itself is not recorded in the graph.
 //
 //   build/bin/quickstart            (prints the loss as it falls, then w and b)
-#include <cstdio>
-
 #include <ringgrad/ringgrad.h>
+
+#include <cstdio>
 
 namespace rg = ringgrad;
 
@@ -26,16 +26,16 @@ int main() {
 
   const double lr = 0.1;
   for (int step = 1; step <= 200; ++step) {
-    rg::Tensor pred = x * w + b;                 // (256, 1): broadcasting w and b
+    rg::Tensor pred = x * w + b;  // (256, 1): broadcasting w and b
     rg::Tensor loss = ((pred - y) * (pred - y)).mean();
-    loss.backward();                             // d loss / d w, d loss / d b
+    loss.backward();  // d loss / d w, d loss / d b
 
     {
-      rg::NoGradGuard no_grad;                   // the update is not part of the model
+      rg::NoGradGuard no_grad;  // the update is not part of the model
       w.sub_(w.grad() * lr);
       b.sub_(b.grad() * lr);
     }
-    w.set_grad(rg::Tensor());                    // gradients accumulate: clear them
+    w.set_grad(rg::Tensor());  // gradients accumulate: clear them
     b.set_grad(rg::Tensor());
 
     if (step == 1 || step % 40 == 0) std::printf("step %3d  loss %.5f\n", step, loss.item());

@@ -310,3 +310,93 @@ TEST_CASE("autograd: retain_graph keeps the saved tensors alive") {
   loss.backward();
   CHECK(rg::memory_stats().live_bytes < kept - 200 * 1024);
 }
+
+TEST_CASE("autograd: gradients cross dtype conversions") {
+  rg::Tensor x = rg::from_vector<float>({1, 2}, {2}, {.requires_grad = true});
+  rg::Tensor y = (x.to(rg::kFloat64) * 3.0).sum();
+  CHECK(y.dtype() == rg::kFloat64);
+  y.backward();
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().dtype() == rg::kFloat32);
+  check_close(x.grad(), {3, 3});
+}
+
+TEST_CASE("autograd: backward from a leaf and through unused outputs") {
+  rg::Tensor x = test::leaf_of({1, 2}, {2});
+  x.backward(f64({0.5, 0.25}));
+  check_close(x.grad(), {0.5, 0.25}, 0);
+
+  // a leaf that reaches the loss only through a branch that is cut by detach gets no gradient
+  rg::Tensor w = test::leaf_of({3}, {1});
+  rg::Tensor loss = (x * w.detach()).sum();
+  x.set_grad(rg::Tensor());
+  loss.backward();
+  CHECK_FALSE(w.grad().defined());
+  check_close(x.grad(), {3, 3}, 0);
+
+  // the gradient handed to backward() is not aliased by the leaf's .grad
+  rg::Tensor z = test::leaf_of({1, 1}, {2});
+  rg::Tensor g = f64({1, 2});
+  (z * 1.0).backward(g);
+  {
+    rg::NoGradGuard no_grad;
+    z.grad().mul_(10.0);
+  }
+  check_close(g, {1, 2}, 0);
+}
+
+TEST_CASE("autograd: hooks only on leaves that require grad") {
+  rg::Tensor x = test::leaf_of({1, 2}, {2});
+  rg::Tensor y = x * 2.0;
+  std::string msg = test::error_of([&] { y.register_post_accumulate_grad_hook([](rg::Tensor&) {}); });
+  CHECK_CONTAINS(msg, "register_post_accumulate_grad_hook");
+  test::error_of([] { rg::ones({2}).register_post_accumulate_grad_hook([](rg::Tensor&) {}); });
+}
+
+TEST_CASE("autograd: gradient conventions at kinks and ties (as PyTorch)") {
+  rg::Tensor x = test::leaf_of({-1, 0, 2}, {3});
+  rg::relu(x).sum().backward();
+  check_close(x.grad(), {0, 0, 1}, 0);  // relu'(0) = 0
+
+  x.set_grad(rg::Tensor());
+  rg::abs(x).sum().backward();
+  check_close(x.grad(), {-1, 0, 1}, 0);  // abs'(0) = 0
+
+  x.set_grad(rg::Tensor());
+  rg::clamp(x, 0, 2).sum().backward();
+  check_close(x.grad(), {0, 1, 1}, 0);  // at a bound the gradient passes
+
+  rg::Tensor m = test::leaf_of({1, 3, 3}, {3});
+  rg::amax(m).backward();
+  check_close(m.grad(), {0, 0.5, 0.5}, 0);  // ties share evenly
+
+  rg::Tensor a = test::leaf_of({1, 2}, {2}), b = test::leaf_of({1, 5}, {2});
+  rg::maximum(a, b).sum().backward();
+  check_close(a.grad(), {0.5, 0}, 0);
+  check_close(b.grad(), {0.5, 1}, 0);
+}
+
+TEST_CASE("autograd: pow with a zero base has a finite exponent gradient") {
+  // d/db a^b = a^b log a; at a = 0 (b > 0) the product is 0·(-inf): PyTorch defines it as 0
+  rg::Tensor a = f64({0, 2});
+  rg::Tensor b = test::leaf_of({2, 3}, {2});
+  rg::pow(a, b).sum().backward();
+  check_close(b.grad(), {0, 8 * std::log(2.0)}, 1e-12);
+}
+
+TEST_CASE("autograd: a very deep graph is freed without recursing") {
+  // Each node of a 300k-op chain used to free the next one recursively and
+  // overflow the stack; the Node destructor now unrolls the chain in a loop.
+  rg::Tensor x = rg::ones({1}, {.requires_grad = true});
+  rg::Tensor y = x;
+  for (int i = 0; i < 300000; ++i) y = y * 1.0;
+  CHECK(y.grad_fn() != nullptr);
+  y = rg::Tensor();  // drops the whole chain
+  CHECK(x.grad_fn() == nullptr);
+}
+
+TEST_CASE("autograd: from_vector keeps its element type when options are given") {
+  rg::Tensor x = rg::from_vector<double>({1.0, 2.0}, {2}, {.requires_grad = true});
+  CHECK(x.dtype() == rg::kFloat64);
+  CHECK(x.requires_grad());
+}

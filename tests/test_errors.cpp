@@ -106,7 +106,7 @@ TEST_CASE("errors: reshape and view") {
   rg::Tensor x = rg::zeros({2, 3});
   std::string msg = error_of([&] { x.reshape({4, 2}); });
   CHECK_CONTAINS(msg, "[reshape]");
-  CHECK_CONTAINS(msg, "6");  // the source's element count (or its shape [2, 3])
+  CHECK_CONTAINS(msg, "[2, 3]");
   CHECK_CONTAINS(msg, "[4, 2]");
   CHECK_CONTAINS(error_of([&] { x.view({5}); }), "view");
   CHECK_CONTAINS(error_of([&] { x.reshape({-1, -1}); }), "reshape");

@@ -5,6 +5,7 @@
 //   check_close(t, {1, 2, 3}, 1e-6)        every element of t (row-major) against doubles
 //   CHECK_SHAPE(t, {2, 3})                  shape equality with a readable message
 //   grad_ok("label", f, {x, y})             rg::gradcheck with the label in the failure
+//   naive_matmul(a, b, m, k, n)             the reference GEMM, in double precision
 #pragma once
 
 #include <doctest/doctest.h>
@@ -98,6 +99,19 @@ inline rg::Tensor leaf_of(const std::vector<double>& v, const rg::Shape& shape) 
   rg::Tensor t = rg::from_vector<double>(v, shape, {.dtype = rg::kFloat64});
   t.requires_grad_();
   return t;
+}
+
+// c (m,n) = a (m,k) @ b (k,n), row-major, in double precision.
+inline std::vector<double> naive_matmul(const std::vector<double>& a, const std::vector<double>& b,
+                                        int64_t m, int64_t k, int64_t n) {
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) s += a[i * k + p] * b[p * n + j];
+      c[i * n + j] = s;
+    }
+  return c;
 }
 
 using Fn = std::function<rg::Tensor(const std::vector<rg::Tensor>&)>;

@@ -10,22 +10,10 @@ using test::check_close;
 using test::f32;
 using test::f64;
 using test::i64;
+using test::naive_matmul;
 using test::values;
 
 namespace {
-
-// Row-major index helpers for the naive references.
-std::vector<double> naive_matmul(const std::vector<double>& a, const std::vector<double>& b,
-                                 int64_t m, int64_t k, int64_t n) {
-  std::vector<double> c(m * n, 0.0);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (int64_t p = 0; p < k; ++p) s += a[i * k + p] * b[p * n + j];
-      c[i * n + j] = s;
-    }
-  return c;
-}
 
 double gelu_erf(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double gelu_tanh(double x) {
@@ -566,6 +554,17 @@ TEST_CASE("ops: matmul with transposed operands equals the contiguous copy") {
     check_close(rg::matmul(s2, r), values(rg::matmul(s2.contiguous(), r)), tol);
     check_close(rg::matmul(r.t(), s.t()), values(rg::matmul(r.t().contiguous(), s.t().contiguous())),
                 tol);
+    // operands whose matrix dims are broadcast (stride 0) or a single row/column of a view
+    rg::Tensor row_b = rg::randn({1, 4}, {.dtype = dt}).expand({3, 4});
+    rg::Tensor col_b = rg::randn({4, 1}, {.dtype = dt}).expand({4, 5});
+    check_close(rg::matmul(row_b, col_b), values(rg::matmul(row_b.contiguous(), col_b.contiguous())),
+                tol);
+    rg::Tensor one_row = at.slice(0, 1, 2);  // (1,4) of a column-major matrix
+    rg::Tensor one_col = bt.slice(1, 2, 3);  // (4,1)
+    check_close(rg::matmul(one_row, one_col), values(rg::matmul(one_row.contiguous(), one_col.contiguous())),
+                tol);
+    check_close(rg::matmul(one_col, one_row), values(rg::matmul(one_col.contiguous(), one_row.contiguous())),
+                tol);
     // an expanded (stride-0) batch operand
     rg::Tensor e = rg::randn({1, 3, 4}, {.dtype = dt}).expand({2, 3, 4});
     check_close(rg::matmul(e, y), values(rg::matmul(e.contiguous(), y.contiguous())), tol);
@@ -709,4 +708,47 @@ TEST_CASE("ops: allclose") {
   CHECK_FALSE(rg::allclose(a, f64({1, 2, 3.1})));
   CHECK_FALSE(rg::allclose(a, f64({1, 2, 3, 4})));
   CHECK(rg::allclose(a, f64({1.05, 2, 3}), 0.1, 0));
+}
+
+// ---------------------------------------------------------------- edge values
+
+TEST_CASE("ops: amax amin of infinite rows") {
+  const double inf = std::numeric_limits<double>::infinity();
+  // a fully masked attention row is all -inf: its max is -inf, not the lowest finite float
+  rg::Tensor x = f32({-(float)inf, -(float)inf, 1, 2}, {2, 2});
+  check_close(rg::amax(x, {1}), {-inf, 2});
+  check_close(rg::amin(f32({(float)inf, (float)inf}, {1, 2}), {1}), {inf});
+  check_close(rg::amax(f64({-inf, -inf})), {-inf});
+  check_close(rg::amin(f64({inf})), {inf});
+  check_close(rg::logsumexp(f64({-inf, -inf, 0, 0}, {2, 2}), {1}), {-inf, std::log(2.0)}, 1e-12);
+  // argmax still answers for an all -inf row
+  CHECK(rg::argmax(x, 1).tolist<int64_t>() == std::vector<int64_t>{0, 1});
+}
+
+TEST_CASE("ops: reductions of bool and int64 tensors") {
+  rg::Tensor mask = f32({1, 0, 1, 1, 0, 0}, {2, 3}) > 0.5;
+  rg::Tensor count = mask.sum();
+  CHECK(count.dtype() == rg::kInt64);
+  CHECK(count.item() == 3);
+  CHECK(mask.sum(1).tolist<int64_t>() == std::vector<int64_t>{2, 1});
+  rg::Tensor n = i64({3, -1, 7, 2}, {2, 2});
+  CHECK(n.sum().dtype() == rg::kInt64);
+  CHECK(n.sum(0).tolist<int64_t>() == std::vector<int64_t>{10, 1});
+  CHECK(rg::amax(n, {1}).tolist<int64_t>() == std::vector<int64_t>{3, 7});
+  CHECK(rg::argmin(n, 1).tolist<int64_t>() == std::vector<int64_t>{1, 1});
+}
+
+TEST_CASE("ops: views that need no copy stay views") {
+  rg::Tensor x = rg::arange(6).reshape({2, 3});
+  rg::Tensor tv = x.t().view({3, 1, 2});  // inserting a size-1 dim works on any layout
+  CHECK(tv.storage() == x.storage());
+  check_close(tv, {0, 3, 1, 4, 2, 5});
+  rg::Tensor y = rg::arange(24).reshape({2, 3, 4}).transpose(0, 1);  // (3,2,4)
+  rg::Tensor split_last = y.view({3, 2, 2, 2});                       // splitting the unit-stride dim
+  CHECK(split_last.storage() == y.storage());
+  check_close(split_last, values(y));
+  rg::Tensor e = rg::full({1}, 5).expand({4}).reshape({2, 2});
+  check_close(e, {5, 5, 5, 5});
+  rg::Tensor ec = f32({1, 2, 3}, {3, 1}).expand({3, 4}).reshape({12});
+  check_close(ec, {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
 }

@@ -9,6 +9,9 @@
 
 namespace ringgrad::cpu {
 
+// Frees the caching allocator's free blocks (backend.cpp).
+void release_cached_memory();
+
 class CpuBackend final : public Backend {
  public:
   void* allocate(size_t nbytes) override;
@@ -18,8 +21,7 @@ class CpuBackend final : public Backend {
 
   void fill(const TensorRef& out, double value) override;
   void copy(const TensorRef& src, const TensorRef& dst) override;
-  void unary(UnaryOp op, const TensorRef& in, const TensorRef& out, double p0,
-             double p1) override;
+  void unary(UnaryOp op, const TensorRef& in, const TensorRef& out, double p0, double p1) override;
   void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
   void where(const TensorRef& cond, const TensorRef& a, const TensorRef& b,
              const TensorRef& out) override;
@@ -29,17 +31,17 @@ class CpuBackend final : public Backend {
 
   void reduce(ReduceOp op, const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
               int64_t inner) override;
-  void softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
-               int64_t inner, bool log) override;
-  void softmax_backward(const TensorRef& g, const TensorRef& y, const TensorRef& out,
-                        int64_t outer, int64_t r, int64_t inner, bool log) override;
+  void softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r, int64_t inner,
+               bool log) override;
+  void softmax_backward(const TensorRef& g, const TensorRef& y, const TensorRef& out, int64_t outer,
+                        int64_t r, int64_t inner, bool log) override;
 
   void gemm(const GemmArgs& args) override;
 
   void index_select(const TensorRef& in, const TensorRef& index, const TensorRef& out,
                     int64_t outer, int64_t d, int64_t n, int64_t inner) override;
-  void index_add(const TensorRef& out, const TensorRef& index, const TensorRef& src,
-                 int64_t outer, int64_t d, int64_t n, int64_t inner) override;
+  void index_add(const TensorRef& out, const TensorRef& index, const TensorRef& src, int64_t outer,
+                 int64_t d, int64_t n, int64_t inner) override;
   void gather(const TensorRef& in, const TensorRef& index, const TensorRef& out, int64_t outer,
               int64_t d, int64_t n, int64_t inner) override;
   void scatter_add(const TensorRef& out, const TensorRef& index, const TensorRef& src,

@@ -70,8 +70,12 @@ void CpuBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, do
   if (op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Clamp) {
     dispatch_numeric(in.dtype, "unary", [&]<typename T>() {
       switch (op) {
-        case UnaryOp::Neg: map1<T, T>(in, out, [](T x) { return T(-x); }); break;
-        case UnaryOp::Abs: map1<T, T>(in, out, [](T x) { return x < T(0) ? T(-x) : x; }); break;
+        case UnaryOp::Neg:
+          map1<T, T>(in, out, [](T x) { return T(-x); });
+          break;
+        case UnaryOp::Abs:
+          map1<T, T>(in, out, [](T x) { return x < T(0) ? T(-x) : x; });
+          break;
         default: {
           const T lo = static_cast<T>(p0), hi = static_cast<T>(p1);
           map1<T, T>(in, out, [=](T x) { return math::clamp(x, lo, hi); });
@@ -82,60 +86,112 @@ void CpuBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, do
   }
   dispatch_floating(in.dtype, "unary", [&]<typename T>() {
     switch (op) {
-      case UnaryOp::Exp: map1<T, T>(in, out, [](T x) { return std::exp(x); }); break;
-      case UnaryOp::Log: map1<T, T>(in, out, [](T x) { return std::log(x); }); break;
-      case UnaryOp::Sqrt: map1<T, T>(in, out, [](T x) { return std::sqrt(x); }); break;
-      case UnaryOp::Rsqrt: map1<T, T>(in, out, [](T x) { return math::rsqrt(x); }); break;
-      case UnaryOp::Tanh: map1<T, T>(in, out, [](T x) { return std::tanh(x); }); break;
-      case UnaryOp::Sigmoid: map1<T, T>(in, out, [](T x) { return math::sigmoid(x); }); break;
-      case UnaryOp::Relu: map1<T, T>(in, out, [](T x) { return math::relu(x); }); break;
-      case UnaryOp::GeluErf: map1<T, T>(in, out, [](T x) { return math::gelu_erf(x); }); break;
-      case UnaryOp::GeluTanh: map1<T, T>(in, out, [](T x) { return math::gelu_tanh(x); }); break;
+      case UnaryOp::Exp:
+        map1<T, T>(in, out, [](T x) { return std::exp(x); });
+        break;
+      case UnaryOp::Log:
+        map1<T, T>(in, out, [](T x) { return std::log(x); });
+        break;
+      case UnaryOp::Sqrt:
+        map1<T, T>(in, out, [](T x) { return std::sqrt(x); });
+        break;
+      case UnaryOp::Rsqrt:
+        map1<T, T>(in, out, [](T x) { return math::rsqrt(x); });
+        break;
+      case UnaryOp::Tanh:
+        map1<T, T>(in, out, [](T x) { return std::tanh(x); });
+        break;
+      case UnaryOp::Sigmoid:
+        map1<T, T>(in, out, [](T x) { return math::sigmoid(x); });
+        break;
+      case UnaryOp::Relu:
+        map1<T, T>(in, out, [](T x) { return math::relu(x); });
+        break;
+      case UnaryOp::GeluErf:
+        map1<T, T>(in, out, [](T x) { return math::gelu_erf(x); });
+        break;
+      case UnaryOp::GeluTanh:
+        map1<T, T>(in, out, [](T x) { return math::gelu_tanh(x); });
+        break;
       case UnaryOp::PowScalar: {
         const T e = static_cast<T>(p0);
-        if (e == T(2)) map1<T, T>(in, out, [](T x) { return x * x; });
-        else map1<T, T>(in, out, [=](T x) { return std::pow(x, e); });
+        if (e == T(2))
+          map1<T, T>(in, out, [](T x) { return x * x; });
+        else
+          map1<T, T>(in, out, [=](T x) { return std::pow(x, e); });
         break;
       }
-      default: RG_ASSERT(false);
+      default:
+        RG_ASSERT(false);
     }
   });
 }
 
-void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
-                        const TensorRef& out) {
+void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
   switch (op) {
-    case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt:
-    case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge:
+    case BinaryOp::Eq:
+    case BinaryOp::Ne:
+    case BinaryOp::Lt:
+    case BinaryOp::Le:
+    case BinaryOp::Gt:
+    case BinaryOp::Ge:
       dispatch_all(a.dtype, [&]<typename T>() {
         switch (op) {
-          case BinaryOp::Eq: map2<T, bool>(a, b, out, [](T x, T y) { return x == y; }); break;
-          case BinaryOp::Ne: map2<T, bool>(a, b, out, [](T x, T y) { return x != y; }); break;
-          case BinaryOp::Lt: map2<T, bool>(a, b, out, [](T x, T y) { return x < y; }); break;
-          case BinaryOp::Le: map2<T, bool>(a, b, out, [](T x, T y) { return x <= y; }); break;
-          case BinaryOp::Gt: map2<T, bool>(a, b, out, [](T x, T y) { return x > y; }); break;
-          default: map2<T, bool>(a, b, out, [](T x, T y) { return x >= y; });
+          case BinaryOp::Eq:
+            map2<T, bool>(a, b, out, [](T x, T y) { return x == y; });
+            break;
+          case BinaryOp::Ne:
+            map2<T, bool>(a, b, out, [](T x, T y) { return x != y; });
+            break;
+          case BinaryOp::Lt:
+            map2<T, bool>(a, b, out, [](T x, T y) { return x < y; });
+            break;
+          case BinaryOp::Le:
+            map2<T, bool>(a, b, out, [](T x, T y) { return x <= y; });
+            break;
+          case BinaryOp::Gt:
+            map2<T, bool>(a, b, out, [](T x, T y) { return x > y; });
+            break;
+          default:
+            map2<T, bool>(a, b, out, [](T x, T y) { return x >= y; });
         }
       });
       return;
-    case BinaryOp::Add: case BinaryOp::Sub: case BinaryOp::Mul:
-    case BinaryOp::Maximum: case BinaryOp::Minimum:
+    case BinaryOp::Add:
+    case BinaryOp::Sub:
+    case BinaryOp::Mul:
+    case BinaryOp::Maximum:
+    case BinaryOp::Minimum:
       dispatch_numeric(a.dtype, "binary", [&]<typename T>() {
         switch (op) {
-          case BinaryOp::Add: map2<T, T>(a, b, out, [](T x, T y) { return T(x + y); }); break;
-          case BinaryOp::Sub: map2<T, T>(a, b, out, [](T x, T y) { return T(x - y); }); break;
-          case BinaryOp::Mul: map2<T, T>(a, b, out, [](T x, T y) { return T(x * y); }); break;
-          case BinaryOp::Maximum: map2<T, T>(a, b, out, math::maximum<T>); break;
-          default: map2<T, T>(a, b, out, math::minimum<T>);
+          case BinaryOp::Add:
+            map2<T, T>(a, b, out, [](T x, T y) { return T(x + y); });
+            break;
+          case BinaryOp::Sub:
+            map2<T, T>(a, b, out, [](T x, T y) { return T(x - y); });
+            break;
+          case BinaryOp::Mul:
+            map2<T, T>(a, b, out, [](T x, T y) { return T(x * y); });
+            break;
+          case BinaryOp::Maximum:
+            map2<T, T>(a, b, out, math::maximum<T>);
+            break;
+          default:
+            map2<T, T>(a, b, out, math::minimum<T>);
         }
       });
       return;
-    default: break;
+    default:
+      break;
   }
   dispatch_floating(a.dtype, "binary", [&]<typename T>() {
     switch (op) {
-      case BinaryOp::Div: map2<T, T>(a, b, out, [](T x, T y) { return x / y; }); break;
-      case BinaryOp::Pow: map2<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); }); break;
+      case BinaryOp::Div:
+        map2<T, T>(a, b, out, [](T x, T y) { return x / y; });
+        break;
+      case BinaryOp::Pow:
+        map2<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); });
+        break;
       case BinaryOp::ReluBackward:
         map2<T, T>(a, b, out, [](T g, T x) { return x > T(0) ? g : T(0); });
         break;
@@ -154,7 +210,8 @@ void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
       case BinaryOp::AbsBackward:
         map2<T, T>(a, b, out, [](T g, T x) { return g * math::sign(x); });
         break;
-      default: RG_ASSERT(false);
+      default:
+        RG_ASSERT(false);
     }
   });
 }
@@ -201,8 +258,7 @@ void CpuBackend::random(const TensorRef& out, RandomDist dist, uint64_t seed, ui
         for (int64_t i = lo; i < hi; ++i)
           o[i] = a + (b - a) * math::philox_uniform<T>(seed, offset + i);
       } else {  // mean a, std b
-        for (int64_t i = lo; i < hi; ++i)
-          o[i] = a + b * math::philox_normal<T>(seed, offset + i);
+        for (int64_t i = lo; i < hi; ++i) o[i] = a + b * math::philox_normal<T>(seed, offset + i);
       }
     });
   });

@@ -2,9 +2,9 @@
 //
 // Eigen::Map wraps each operand where it lies: a row-major operand maps as a
 // RowMajor matrix with its row stride, a transposed one as a ColMajor matrix with
-// its column stride, so .t() costs nothing. Eigen runs one GEMM on the
-// configured number of OpenMP threads; many small GEMMs of a batch run in
-// parallel instead, one per thread.
+// its column stride, so .t() costs nothing. Threads: a big product is cut into
+// independent panels, one per thread; a batch of products runs one product per
+// thread; a small product stays on one thread (splitting it only adds waiting).
 #include <Eigen/Core>
 
 #include "ringgrad/core/cpu/cpu_backend.h"
@@ -19,46 +19,96 @@ template <typename T>
 using ColMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 using Stride = Eigen::OuterStride<>;
 
-// Call f(A) with a's (rows × cols) buffer mapped in its own layout.
+// Call f(M) with the (rows × cols) operand at p mapped in its own layout.
+// Tightly packed operands map without a runtime stride: Eigen's kernels are
+// measurably faster then (~8% on a 64×256×10 product).
 template <typename T, typename F>
 void with_mapped(const T* p, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
                  F&& f) {
-  if (col_stride == 1)
+  if (col_stride == 1 && row_stride == cols)
+    f(Eigen::Map<const RowMajor<T>>(p, rows, cols));
+  else if (row_stride == 1 && col_stride == rows)
+    f(Eigen::Map<const ColMajor<T>>(p, rows, cols));
+  else if (col_stride == 1)
     f(Eigen::Map<const RowMajor<T>, 0, Stride>(p, rows, cols, Stride(row_stride)));
   else
     f(Eigen::Map<const ColMajor<T>, 0, Stride>(p, rows, cols, Stride(col_stride)));
 }
 
+// C[rows r0:r1, cols c0:c1] of product i of the batch, on the calling thread.
 template <typename T>
-void gemm_one(const GemmArgs& g, int64_t i) {
-  const T* a = static_cast<const T*>(g.a) + i * g.a_batch_stride;
-  const T* b = static_cast<const T*>(g.b) + i * g.b_batch_stride;
-  Eigen::Map<RowMajor<T>> c(static_cast<T*>(g.c) + i * g.c_batch_stride, g.m, g.n);
-  if (g.k == 0) {
-    c.setZero();
-    return;
+void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  const T* a = static_cast<const T*>(g.a) + i * g.a_batch_stride + r0 * g.a_row_stride;
+  const T* b = static_cast<const T*>(g.b) + i * g.b_batch_stride + c0 * g.b_col_stride;
+  T* c = static_cast<T*>(g.c) + i * g.c_batch_stride + r0 * g.n + c0;
+  auto multiply = [&](auto&& C) {
+    if (g.k == 0) {
+      C.setZero();
+      return;
+    }
+    with_mapped(a, r1 - r0, g.k, g.a_row_stride, g.a_col_stride, [&](const auto& A) {
+      with_mapped(b, g.k, c1 - c0, g.b_row_stride, g.b_col_stride,
+                  [&](const auto& B) { C.noalias() = A * B; });
+    });
+  };
+  if (c0 == 0 && c1 == g.n)
+    multiply(Eigen::Map<RowMajor<T>>(c, r1 - r0, g.n));
+  else
+    multiply(Eigen::Map<RowMajor<T>, 0, Stride>(c, r1 - r0, c1 - c0, Stride(g.n)));
+}
+
+// Work (multiply-adds) below which one GEMM stays on one thread: measured with
+// bench_gemm, a 64×784×256 product is no faster on two cores than on one.
+constexpr int64_t kSerialGemmWork = int64_t(1) << 24;
+constexpr int64_t kPanelsPerThread = 4;
+constexpr int64_t kMinPanel = 64;  // rows or columns
+
+// One product on `threads` threads: split C into independent column (or row)
+// panels, one single-threaded Eigen GEMM each, handed out dynamically. A
+// thread whose core is busy with another process simply takes fewer panels,
+// so a second thread never makes a product slower than one thread would.
+template <typename T>
+void gemm_split(const GemmArgs& g, int64_t i, int threads) {
+  bool by_cols = g.n >= g.m;
+  int64_t extent = by_cols ? g.n : g.m;
+  int64_t parts = std::min<int64_t>(int64_t(threads) * kPanelsPerThread,
+                                    std::max<int64_t>(1, extent / kMinPanel));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t p = 0; p < parts; ++p) {
+    // Panel edges on multiples of 16 keep every panel's SIMD kernels full.
+    int64_t lo = extent * p / parts / 16 * 16;
+    int64_t hi = p + 1 == parts ? extent : extent * (p + 1) / parts / 16 * 16;
+    if (by_cols)
+      gemm_block<T>(g, i, 0, g.m, lo, hi);
+    else
+      gemm_block<T>(g, i, lo, hi, 0, g.n);
   }
-  with_mapped(a, g.m, g.k, g.a_row_stride, g.a_col_stride, [&](const auto& A) {
-    with_mapped(b, g.k, g.n, g.b_row_stride, g.b_col_stride,
-                [&](const auto& B) { c.noalias() = A * B; });
-  });
 }
 
 }  // namespace
 
 void CpuBackend::gemm(const GemmArgs& g) {
   dispatch_floating(g.dtype, "matmul", [&]<typename T>() {
-    int threads = get_num_threads();
-    Eigen::setNbThreads(threads);
-    int64_t flops = g.m * g.n * g.k;
-    // A batch of small products: one product per thread beats splitting each one.
-    if (g.batch > 1 && threads > 1 && flops < 128 * 128 * 128 &&
-        g.batch * flops >= kParallelGrain) {
+    int threads = omp_in_parallel() ? 1 : get_num_threads();
+    // We decide the threading (Eigen's own splits even small products, and
+    // loses there); the caller's own Eigen setting is put back after.
+    int eigen_threads = Eigen::nbThreads();
+    Eigen::setNbThreads(1);
+    int64_t work = g.m * g.n * g.k;
+    if (threads > 1 && g.batch > 1 && g.batch * work >= kParallelGrain &&
+        (work < kSerialGemmWork || g.batch >= threads)) {
+      // A batch of products: one product per thread.
 #pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t i = 0; i < g.batch; ++i) gemm_one<T>(g, i);
-      return;
+      for (int64_t i = 0; i < g.batch; ++i) gemm_block<T>(g, i, 0, g.m, 0, g.n);
+    } else {
+      for (int64_t i = 0; i < g.batch; ++i) {
+        if (threads > 1 && work >= kSerialGemmWork)
+          gemm_split<T>(g, i, threads);
+        else
+          gemm_block<T>(g, i, 0, g.m, 0, g.n);
+      }
     }
-    for (int64_t i = 0; i < g.batch; ++i) gemm_one<T>(g, i);
+    Eigen::setNbThreads(eigen_threads);
   });
 }
 

@@ -20,29 +20,49 @@ namespace ringgrad::cpu {
 template <typename F>
 void dispatch_floating(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::Float32: f.template operator()<float>(); return;
-    case DType::Float64: f.template operator()<double>(); return;
-    default: fail(op, "expected a floating dtype (float32 or float64), got ", t);
+    case DType::Float32:
+      f.template operator()<float>();
+      return;
+    case DType::Float64:
+      f.template operator()<double>();
+      return;
+    default:
+      fail(op, "expected a floating dtype (float32 or float64), got ", t);
   }
 }
 
 template <typename F>
 void dispatch_numeric(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::Float32: f.template operator()<float>(); return;
-    case DType::Float64: f.template operator()<double>(); return;
-    case DType::Int64: f.template operator()<int64_t>(); return;
-    default: fail(op, "expected a numeric dtype (float32, float64 or int64), got ", t);
+    case DType::Float32:
+      f.template operator()<float>();
+      return;
+    case DType::Float64:
+      f.template operator()<double>();
+      return;
+    case DType::Int64:
+      f.template operator()<int64_t>();
+      return;
+    default:
+      fail(op, "expected a numeric dtype (float32, float64 or int64), got ", t);
   }
 }
 
 template <typename F>
 void dispatch_all(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: f.template operator()<float>(); return;
-    case DType::Float64: f.template operator()<double>(); return;
-    case DType::Int64: f.template operator()<int64_t>(); return;
-    case DType::Bool: f.template operator()<bool>(); return;
+    case DType::Float32:
+      f.template operator()<float>();
+      return;
+    case DType::Float64:
+      f.template operator()<double>();
+      return;
+    case DType::Int64:
+      f.template operator()<int64_t>();
+      return;
+    case DType::Bool:
+      f.template operator()<bool>();
+      return;
   }
 }
 
@@ -58,7 +78,7 @@ void parallel_for(int64_t n, int64_t work, F&& f) {
     return;
   }
   int64_t chunks = std::min<int64_t>(n, threads);
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) f(n * c / chunks, n * (c + 1) / chunks);
 }
 

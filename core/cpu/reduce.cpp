@@ -16,7 +16,25 @@
 namespace ringgrad::cpu {
 namespace {
 
-template <typename T> using acc_t = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+// Identities of max and min: ∓inf for floats (an all -inf row stays -inf), the extremes for ints.
+template <typename T>
+T lowest() {
+  if constexpr (std::numeric_limits<T>::has_infinity)
+    return -std::numeric_limits<T>::infinity();
+  else
+    return std::numeric_limits<T>::lowest();
+}
+
+template <typename T>
+T highest() {
+  if constexpr (std::numeric_limits<T>::has_infinity)
+    return std::numeric_limits<T>::infinity();
+  else
+    return std::numeric_limits<T>::max();
+}
+
+template <typename T>
+using acc_t = std::conditional_t<std::is_floating_point_v<T>, double, T>;
 
 // Sum, max or min of [outer, r, inner] into out[outer, inner] (Out may be wider than T).
 template <typename T, typename Out, typename Init, typename Combine>
@@ -94,24 +112,28 @@ void reduce_logsumexp(const T* in, T* out, int64_t outer, int64_t r, int64_t inn
 void CpuBackend::reduce(ReduceOp op, const TensorRef& in, const TensorRef& out, int64_t outer,
                         int64_t r, int64_t inner) {
   if (op == ReduceOp::Sum && in.dtype == DType::Bool) {  // count of true values
-    reduce_values(static_cast<const bool*>(in.data), static_cast<int64_t*>(out.data), outer, r,
-                  inner, [] { return int64_t(0); }, [](int64_t a, int64_t b) { return a + b; });
+    reduce_values(
+        static_cast<const bool*>(in.data), static_cast<int64_t*>(out.data), outer, r, inner,
+        [] { return int64_t(0); }, [](int64_t a, int64_t b) { return a + b; });
     return;
   }
   dispatch_numeric(in.dtype, "reduce", [&]<typename T>() {
     const T* x = static_cast<const T*>(in.data);
     switch (op) {
       case ReduceOp::Sum:
-        reduce_values(x, static_cast<T*>(out.data), outer, r, inner,
-                      [] { return acc_t<T>(0); }, [](acc_t<T> a, acc_t<T> b) { return a + b; });
+        reduce_values(
+            x, static_cast<T*>(out.data), outer, r, inner, [] { return acc_t<T>(0); },
+            [](acc_t<T> a, acc_t<T> b) { return a + b; });
         break;
       case ReduceOp::Max:
-        reduce_values(x, static_cast<T*>(out.data), outer, r, inner,
-                      [] { return std::numeric_limits<T>::lowest(); }, math::maximum<T>);
+        reduce_values(
+            x, static_cast<T*>(out.data), outer, r, inner, [] { return lowest<T>(); },
+            math::maximum<T>);
         break;
       case ReduceOp::Min:
-        reduce_values(x, static_cast<T*>(out.data), outer, r, inner,
-                      [] { return std::numeric_limits<T>::max(); }, math::minimum<T>);
+        reduce_values(
+            x, static_cast<T*>(out.data), outer, r, inner, [] { return highest<T>(); },
+            math::minimum<T>);
         break;
       case ReduceOp::ArgMax:
         reduce_arg<T, true>(x, static_cast<int64_t*>(out.data), outer, r, inner);
@@ -174,7 +196,8 @@ void CpuBackend::softmax_backward(const TensorRef& g, const TensorRef& y, const 
         T s = 0;
         if (log) {  // y = log_softmax: dx = g - softmax · Σg
           for (int64_t k = 0; k < r; ++k) s += gr[k * inner];
-          for (int64_t k = 0; k < r; ++k) dr[k * inner] = gr[k * inner] - std::exp(yr[k * inner]) * s;
+          for (int64_t k = 0; k < r; ++k)
+            dr[k * inner] = gr[k * inner] - std::exp(yr[k * inner]) * s;
         } else {  // y = softmax: dx = y · (g - Σ g·y)
           for (int64_t k = 0; k < r; ++k) s += gr[k * inner] * yr[k * inner];
           for (int64_t k = 0; k < r; ++k) dr[k * inner] = yr[k * inner] * (gr[k * inner] - s);

@@ -7,10 +7,12 @@
 namespace ringgrad {
 
 int cuda::device_count() { return 0; }
+bool cuda::is_built() { return false; }
 
 Backend& cuda::backend(const char* op) {
-  fail(op, "built without CUDA: reconfigure with -DRINGGRAD_CUDA=ON on a machine with the "
-           "CUDA toolkit, or keep tensors on the CPU");
+  fail(op,
+       "built without CUDA: reconfigure with -DRINGGRAD_CUDA=ON on a machine with the "
+       "CUDA toolkit, or keep tensors on the CPU");
 }
 
 }  // namespace ringgrad

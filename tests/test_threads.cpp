@@ -1,0 +1,113 @@
+// test_threads.cpp — the thread-count setting, and large inputs that take the
+// kernels' multi-threaded paths: one thread and many must agree, and be right.
+#include <cmath>
+#include <functional>
+#include <utility>
+
+#include "test_helpers.h"
+
+using test::check_close;
+using test::naive_matmul;
+using test::values;
+
+// ---------------------------------------------------------------- threaded paths
+
+namespace {
+// Run f with one thread and with several; both results, as doubles.
+template <typename F>
+std::pair<std::vector<double>, std::vector<double>> one_and_many_threads(F f) {
+  int saved = rg::get_num_threads();
+  rg::set_num_threads(1);
+  std::vector<double> one = values(f());
+  rg::set_num_threads(4);
+  std::vector<double> many = values(f());
+  rg::set_num_threads(saved);
+  return {one, many};
+}
+}  // namespace
+
+TEST_CASE("threads: set_num_threads") {
+  int saved = rg::get_num_threads();
+  CHECK(saved >= 1);
+  rg::set_num_threads(3);
+  CHECK(rg::get_num_threads() == 3);
+  CHECK_THROWS_AS(rg::set_num_threads(0), rg::Error);
+  rg::set_num_threads(saved);
+}
+
+TEST_CASE("threads: large inputs give the same results on one thread and on many") {
+  rg::manual_seed(77);
+  rg::Tensor a = rg::randn({400, 300});
+  rg::Tensor b = rg::randn({300});
+  rg::Tensor c = rg::randn({400, 1});
+  rg::Tensor at = rg::randn({300, 400}).t();  // non-contiguous (400,300)
+
+  struct Case {
+    const char* name;
+    std::function<rg::Tensor()> f;
+    double tol;
+  };
+  std::vector<Case> cases = {
+      {"broadcast add", [&] { return a + b * c; }, 0},
+      {"non-contiguous mul", [&] { return a * at; }, 0},
+      {"exp", [&] { return rg::exp(at); }, 0},
+      {"gelu", [&] { return rg::gelu(a); }, 0},
+      {"where", [&] { return rg::where(a > 0.0, a, at); }, 0},
+      {"sum dim 0", [&] { return a.sum(0); }, 0},
+      {"sum dim 1", [&] { return a.sum(1); }, 0},
+      {"sum all", [&] { return a.sum(); }, 1e-12},
+      {"amax dim 0", [&] { return rg::amax(a, {0}); }, 0},
+      {"argmax dim 1", [&] { return rg::argmax(a, 1); }, 0},
+      {"logsumexp dim 0", [&] { return rg::logsumexp(a, {0}); }, 0},
+      {"softmax dim 1", [&] { return rg::softmax(a, 1); }, 0},
+      {"softmax dim 0", [&] { return rg::softmax(at, 0); }, 0},
+      {"log_softmax dim 1", [&] { return rg::log_softmax(a, 1); }, 0},
+      // a threaded GEMM splits into panels whose blocking sums in another order
+      {"matmul", [&] { return rg::matmul(a, at.t()); }, 1e-4},
+      {"batched small matmuls",
+       [&] { return rg::matmul(a.reshape({100, 40, 30}), at.reshape({100, 30, 40})); }, 1e-5},
+      {"contiguous", [&] { return at.contiguous(); }, 0},
+  };
+  for (const Case& k : cases) {
+    CAPTURE(std::string(k.name));
+    auto [one, many] = one_and_many_threads(k.f);
+    REQUIRE(one.size() == many.size());
+    double worst = 0;
+    for (size_t i = 0; i < one.size(); ++i)
+      worst = std::max(worst, std::abs(one[i] - many[i]) / (1 + std::abs(one[i])));
+    CHECK_MESSAGE(worst <= k.tol, k.name << ": max relative difference " << worst);
+  }
+
+  // and the threaded results are right, not just consistent
+  std::vector<double> av = values(a), bv = values(b), cv = values(c);
+  std::vector<double> sum1(400, 0.0), want_add;
+  for (int i = 0; i < 400; ++i)
+    for (int j = 0; j < 300; ++j) {
+      sum1[i] += av[i * 300 + j];
+      want_add.push_back(av[i * 300 + j] + bv[j] * cv[i]);
+    }
+  check_close(a + b * c, want_add, 1e-6);
+  check_close(a.sum(1), sum1, 1e-5);
+  check_close(rg::matmul(a, at.t()), naive_matmul(av, values(at.t()), 400, 300, 400), 1e-4);
+  rg::Tensor idx = rg::randint(0, 300, {500});
+  std::vector<int64_t> iv = idx.tolist<int64_t>();
+  std::vector<double> want_sel;
+  for (int i = 0; i < 400; ++i)
+    for (int64_t k : iv) want_sel.push_back(av[i * 300 + k]);
+  check_close(rg::index_select(a, 1, idx), want_sel, 0);
+  std::vector<double> soft = values(rg::softmax(a, 1).sum(1));
+  for (double s : soft) REQUIRE(std::abs(s - 1) < 1e-5);
+}
+
+TEST_CASE("threads: random draws do not depend on the thread count") {
+  auto [u1, u4] = one_and_many_threads([] {
+    rg::Generator g(5);
+    return rg::rand({100000}, {}, &g);
+  });
+  CHECK(u1 == u4);
+  auto [n1, n4] = one_and_many_threads([] {
+    rg::Generator g(6);
+    return rg::randn({100000}, {.dtype = rg::kFloat64}, &g);
+  });
+  CHECK(n1 == n4);
+}
