@@ -31,6 +31,13 @@ inline void check_dtype(const Tensor& t, DType want, const char* op, const char*
   RG_CHECK(t.dtype() == want, op, "expected ", what, " of dtype ", want, ", got ", t.dtype());
 }
 
+// t must broadcast to `shape` (the shape of the tensor it is combined into).
+inline void check_broadcasts_to(const Tensor& t, const Shape& shape, const char* op,
+                                const char* what) {
+  RG_CHECK(broadcast_shapes(t.shape(), shape, op) == shape, op, "expected ", what,
+           " that broadcasts to ", shape_str(shape), ", got ", shape_str(t.shape()));
+}
+
 inline TensorOptions options_of(const Tensor& t) {
   return {.dtype = t.dtype(), .device = t.device()};
 }

@@ -314,9 +314,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   detail::check_dtype(mask, kBool, "masked_fill", "a mask");
-  RG_CHECK(broadcast_shapes(mask.shape(), x.shape(), "masked_fill") == x.shape(), "masked_fill",
-           "expected a mask that broadcasts to ", shape_str(x.shape()), ", got ",
-           shape_str(mask.shape()));
+  detail::check_broadcasts_to(mask, x.shape(), "masked_fill", "a mask");
   return where(mask, scalar_like(x, value), x);
 }
 
