@@ -11,59 +11,40 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
 
 #include "ringgrad/core/backend.h"
 #include "ringgrad/core/threads.h"
 
 namespace ringgrad::cpu {
 
-template <typename F>
-void dispatch_floating(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f.template operator()<float>();
-      return;
-    case DType::Float64:
-      f.template operator()<double>();
-      return;
-    default:
-      fail(op, "expected a floating dtype (float32 or float64), got ", t);
-  }
-}
-
-template <typename F>
-void dispatch_numeric(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f.template operator()<float>();
-      return;
-    case DType::Float64:
-      f.template operator()<double>();
-      return;
-    case DType::Int64:
-      f.template operator()<int64_t>();
-      return;
-    default:
-      fail(op, "expected a numeric dtype (float32, float64 or int64), got ", t);
-  }
-}
-
+// f.template operator()<T>() for T = the C++ type of dtype t.
 template <typename F>
 void dispatch_all(DType t, F&& f) {
   switch (t) {
-    case DType::Float32:
-      f.template operator()<float>();
-      return;
-    case DType::Float64:
-      f.template operator()<double>();
-      return;
-    case DType::Int64:
-      f.template operator()<int64_t>();
-      return;
-    case DType::Bool:
-      f.template operator()<bool>();
-      return;
+    case DType::Float32: f.template operator()<float>(); return;
+    case DType::Float64: f.template operator()<double>(); return;
+    case DType::Int64: f.template operator()<int64_t>(); return;
+    case DType::Bool: f.template operator()<bool>(); return;
   }
+}
+
+// The same for float32/float64 only; other dtypes throw "[op] expected a floating dtype…".
+template <typename F>
+void dispatch_floating(DType t, const char* op, F&& f) {
+  RG_CHECK(is_floating(t), op, "expected a floating dtype (float32 or float64), got ", t);
+  dispatch_all(t, [&]<typename T>() {
+    if constexpr (std::is_floating_point_v<T>) f.template operator()<T>();
+  });
+}
+
+// The same for float32/float64/int64; bool throws.
+template <typename F>
+void dispatch_numeric(DType t, const char* op, F&& f) {
+  RG_CHECK(t != DType::Bool, op, "expected a numeric dtype (float32, float64 or int64), got ", t);
+  dispatch_all(t, [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, bool>) f.template operator()<T>();
+  });
 }
 
 // Below this many elements of work a loop runs on one thread.
