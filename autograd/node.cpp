@@ -67,6 +67,7 @@ Grads AccumulateGrad::apply(Tensor grad) {
 }
 
 Edge gradient_edge(const Tensor& t) {
+  if (!t.defined()) return {nullptr};  // an optional input that was not given (a bias)
   TensorImpl& impl = t.impl();
   if (impl.grad_fn) return {impl.grad_fn};
   if (!impl.requires_grad) return {nullptr};

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 
+#include "ringgrad/core/ops.h"
 #include "ringgrad/core/tensor.h"
 
 namespace ringgrad {
@@ -125,6 +126,23 @@ class Backend {
                                 int64_t outer, int64_t r, int64_t inner, bool log) = 0;
 
   virtual void gemm(const GemmArgs& args) = 0;
+
+  // In place over contiguous p, m, v (and read-only g), all of one shape.
+  virtual void adam_step(const TensorRef& p, const TensorRef& g, const TensorRef& m,
+                         const TensorRef& v, const AdamStep& h) = 0;
+
+  // Softmax cross-entropy over contiguous logits [n, c] and int64 targets [n]:
+  //   lse[i]  = log Σ_j exp(x[i, j])
+  //   loss[i] = lse[i] - (1-ε)·x[i, t_i] - ε·mean_j x[i, j]     (0 where t_i == ignore_index)
+  // Targets outside [0, c) (other than ignore_index) throw.
+  virtual void cross_entropy(const TensorRef& logits, const TensorRef& target,
+                             const TensorRef& loss, const TensorRef& lse, int64_t n, int64_t c,
+                             double smoothing, int64_t ignore_index) = 0;
+  // dx[i, j] = g[i]·(softmax(x)[i, j] - (1-ε)·[j == t_i] - ε/c)   (0 rows where ignored)
+  virtual void cross_entropy_backward(const TensorRef& grad_loss, const TensorRef& logits,
+                                      const TensorRef& target, const TensorRef& lse,
+                                      const TensorRef& grad_logits, int64_t n, int64_t c,
+                                      double smoothing, int64_t ignore_index) = 0;
 
   // Indexing over contiguous [outer, d, inner] blocks; indices are int64 and checked.
   // index_select: out[o, i, j] = in[o, index[i], j]             (index 1-D, length n)

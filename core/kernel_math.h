@@ -88,6 +88,19 @@ RG_HD T log_add_exp(T a, T b) {
   return m + std::log(std::exp(a - m) + std::exp(b - m));
 }
 
+// ---- optimizers ----
+// One element of Adam (decoupled = false) or AdamW (true), exactly PyTorch's
+// torch.optim formulas. step_size = lr / (1 - β1^t), inv_bc2_sqrt = 1/√(1 - β2^t).
+template <typename T>
+RG_HD void adam_update(T& p, T g, T& m, T& v, T lr, T beta1, T beta2, T eps, T weight_decay,
+                       T step_size, T inv_bc2_sqrt, bool decoupled) {
+  if (decoupled) p -= lr * weight_decay * p;  // AdamW: decay the weight itself
+  else g += weight_decay * p;                 // Adam: L2 penalty folded into the gradient
+  m = beta1 * m + (T(1) - beta1) * g;
+  v = beta2 * v + (T(1) - beta2) * g * g;
+  p -= step_size * m / (std::sqrt(v) * inv_bc2_sqrt + eps);
+}
+
 // ---- random numbers: Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
 // 3") ---- Four 32-bit outputs from a 128-bit counter and a 64-bit key; every counter is
 // independent, so element i of a draw can be computed by whichever thread owns it.

@@ -67,6 +67,14 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
+// ---- losses ----
+// Softmax cross-entropy per sample, fused (one pass, stable for large logits):
+// logits (N, C), target (N) int64 class indices -> loss (N). With label smoothing ε
+// the target distribution is (1-ε)·onehot + ε/C; samples whose target equals
+// ignore_index get loss 0 (and no gradient). nn::cross_entropy adds the reduction.
+Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target,
+                                double label_smoothing = 0.0, int64_t ignore_index = -100);
+
 // ---- linear algebra ----
 // 1-D·1-D dot, matrix×vector, matrix×matrix, and batched with broadcast batch dims,
 // exactly as torch.matmul. Transposed operands are read in place, not copied.
@@ -86,6 +94,19 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
+
+// ---- fused optimizer updates (what optim/ runs; no autograd) ----
+// One Adam/AdamW step (PyTorch's formulas; see optim/adam.h), hyperparameters for
+// the kernel. decoupled: AdamW's p -= lr·wd·p; otherwise Adam's g += wd·p.
+struct AdamStep {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int64_t step = 1;  // 1 for the first update (bias correction)
+  bool decoupled = false;
+};
+
+// In place: param, exp_avg, exp_avg_sq (contiguous, one shape and dtype, like grad).
+void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                const AdamStep& hyper);
 
 // ---- operators ----
 Tensor operator+(const Tensor& a, const Tensor& b);

@@ -56,8 +56,9 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 
 Tensor& Tensor::mul_(double factor) {
   check_inplace(*this, "mul_");
-  backend(device(), "mul_").binary(BinaryOp::Mul, ref(*this),
-                                   ref(detail::scalar_like(*this, factor), shape()), ref(*this));
+  backend(device(), "mul_")
+      .binary(BinaryOp::Mul, ref(*this), ref(detail::scalar_like(*this, factor), shape()),
+              ref(*this));
   return *this;
 }
 
@@ -66,6 +67,21 @@ Tensor& Tensor::mul_(const Tensor& other) {
   check_operand(*this, other, "mul_");
   backend(device(), "mul_").binary(BinaryOp::Mul, ref(*this), ref(other, shape()), ref(*this));
   return *this;
+}
+
+void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                const AdamStep& hyper) {
+  const char* op = "adam_step_";
+  for (const Tensor* t :
+       {&grad, static_cast<const Tensor*>(&exp_avg), static_cast<const Tensor*>(&exp_avg_sq)}) {
+    check_operand(param, *t, op);
+    RG_CHECK(t->shape() == param.shape(), op, "expected ", shape_str(param.shape()), ", got ",
+             shape_str(t->shape()));
+  }
+  RG_CHECK(param.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous(), op,
+           "expected contiguous parameter and state tensors, got ", param.describe());
+  Tensor g = grad.contiguous();
+  backend(param.device(), op).adam_step(ref(param), ref(g), ref(exp_avg), ref(exp_avg_sq), hyper);
 }
 
 }  // namespace ringgrad

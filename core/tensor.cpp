@@ -223,6 +223,18 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
+void Tensor::set_data(const Tensor& data) {
+  RG_CHECK(is_leaf(), "set_data", "expected a leaf tensor, got the result of '", grad_fn()->name,
+           "'");
+  TensorImpl& self = impl();
+  const TensorImpl& src = data.impl();
+  self.storage = src.storage;
+  self.shape = src.shape;
+  self.strides = src.strides;
+  self.offset = src.offset;
+  self.dtype = src.dtype;
+}
+
 void Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) {
   RG_CHECK(is_leaf() && requires_grad(), "register_post_accumulate_grad_hook",
            "expected a leaf that requires grad, got ",

@@ -106,6 +106,10 @@ class Tensor {
   // Without retain_graph the graph's saved tensors are freed as backward passes.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // same data, no autograd history
+  // Make this tensor (and every handle sharing it) view `data`'s storage, shape
+  // and dtype, keeping its own autograd identity: how a module moves its
+  // parameters to another device in place, like `p.data = p.data.to(device)`.
+  void set_data(const Tensor& data);
   // Leaves only: hook(leaf) runs once per backward, right after this leaf's
   // gradient for that backward has been fully accumulated into .grad().
   void register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook);

@@ -38,6 +38,16 @@ class CpuBackend final : public Backend {
 
   void gemm(const GemmArgs& args) override;
 
+  void adam_step(const TensorRef& p, const TensorRef& g, const TensorRef& m, const TensorRef& v,
+                 const AdamStep& h) override;
+  void cross_entropy(const TensorRef& logits, const TensorRef& target, const TensorRef& loss,
+                     const TensorRef& lse, int64_t n, int64_t c, double smoothing,
+                     int64_t ignore_index) override;
+  void cross_entropy_backward(const TensorRef& grad_loss, const TensorRef& logits,
+                              const TensorRef& target, const TensorRef& lse,
+                              const TensorRef& grad_logits, int64_t n, int64_t c,
+                              double smoothing, int64_t ignore_index) override;
+
   void index_select(const TensorRef& in, const TensorRef& index, const TensorRef& out,
                     int64_t outer, int64_t d, int64_t n, int64_t inner) override;
   void index_add(const TensorRef& out, const TensorRef& index, const TensorRef& src, int64_t outer,

@@ -47,8 +47,10 @@ void dispatch_numeric(DType t, const char* op, F&& f) {
   });
 }
 
-// Below this many elements of work a loop runs on one thread.
-inline constexpr int64_t kParallelGrain = 32768;
+// Below this much work (≈ element-operations) a loop runs on one thread: waking
+// a second thread costs tens of microseconds, and a vectorised loop does about
+// a million simple element-operations in that time.
+inline constexpr int64_t kParallelGrain = int64_t(1) << 20;
 
 // f(begin, end) over [0, n), in parallel chunks when `work` (≈ elements touched) is large.
 template <typename F>

@@ -65,6 +65,19 @@ class CudaBackend final : public Backend {
     not_yet("softmax_backward");
   }
   void gemm(const GemmArgs&) override { not_yet("matmul"); }
+  void adam_step(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&,
+                 const AdamStep&) override {
+    not_yet("adam_step");
+  }
+  void cross_entropy(const TensorRef&, const TensorRef&, const TensorRef&, const TensorRef&,
+                     int64_t, int64_t, double, int64_t) override {
+    not_yet("cross_entropy");
+  }
+  void cross_entropy_backward(const TensorRef&, const TensorRef&, const TensorRef&,
+                              const TensorRef&, const TensorRef&, int64_t, int64_t, double,
+                              int64_t) override {
+    not_yet("cross_entropy_backward");
+  }
   void index_select(const TensorRef&, const TensorRef&, const TensorRef&, int64_t, int64_t, int64_t,
                     int64_t) override {
     not_yet("index_select");

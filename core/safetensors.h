@@ -1,0 +1,45 @@
+// safetensors.h — saving and loading named tensors in the safetensors format.
+//
+//   rg::save_safetensors({{"w", w}, {"b", b}}, "model.safetensors", {{"epoch", "3"}});
+//   std::map<std::string, std::string> meta;
+//   rg::NamedTensors loaded = rg::load_safetensors("model.safetensors", &meta);
+//
+// The format (https://github.com/huggingface/safetensors) is simple enough to
+// read with a hex dump:
+//
+//   [8 bytes]  N, the header length, a little-endian u64
+//   [N bytes]  a JSON object, padded with spaces so the data starts 8-byte aligned:
+//              {"__metadata__": {"key": "value", ...},
+//               "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...}
+//   [rest]     the byte buffer: each tensor's elements, row-major, little-endian,
+//              at [begin, end) counted from the start of the buffer
+//
+// ringgrad reads and writes the dtypes it has: F32, F64, I64 and BOOL.
+// Saving is atomic (a temporary file, fsync, then rename), so a crash mid-save
+// leaves the previous checkpoint intact. Loading checks the whole file and
+// reports any damage as a ringgrad::Error naming the file.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ringgrad/core/tensor.h"
+
+namespace ringgrad {
+
+// Named tensors, in order. Saving then loading gives back the same order.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Writes `tensors` (any device, any layout) and string `metadata` to `path`,
+// replacing any file already there only once the new one is fully on disk.
+void save_safetensors(const NamedTensors& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads every tensor in `path` onto the CPU, in the order they lie in the file.
+// When `metadata` is given, it receives the file's "__metadata__" (empty if none).
+NamedTensors load_safetensors(const std::string& path,
+                              std::map<std::string, std::string>* metadata = nullptr);
+
+}  // namespace ringgrad

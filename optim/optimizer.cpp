@@ -1,0 +1,214 @@
+// optimizer.cpp — parameter groups, state, SGD, Adam/AdamW, gradient clipping.
+#include "ringgrad/optim/optimizer.h"
+
+#include <cmath>
+
+#include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/core/factory.h"
+#include "ringgrad/core/ops.h"
+
+namespace ringgrad::optim {
+
+using GroupList = std::vector<std::pair<std::vector<Tensor>, GroupOptions>>;
+
+Optimizer::Optimizer(GroupList groups, double lr, double weight_decay) {
+  RG_CHECK(lr >= 0, "optimizer", "expected lr >= 0, got ", lr);
+  for (auto& [params, opts] : groups) {
+    ParamGroup g;
+    g.params = std::move(params);
+    g.lr = g.initial_lr = opts.lr.value_or(lr);
+    g.weight_decay = opts.weight_decay.value_or(weight_decay);
+    for (const Tensor& p : g.params)
+      RG_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer",
+               "expected leaf parameters that require grad, got ", p.describe());
+    groups_.push_back(std::move(g));
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (ParamGroup& g : groups_)
+    for (Tensor& p : g.params) p.set_grad(Tensor());
+}
+
+std::map<std::string, Tensor>& Optimizer::state(size_t group, size_t index) {
+  return state_[{group, index}];
+}
+
+NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata) const {
+  NamedTensors out;
+  for (auto& [key, buffers] : state_)
+    for (auto& [name, t] : buffers)
+      out.emplace_back(
+          "state." + std::to_string(key.first) + "." + std::to_string(key.second) + "." + name, t);
+  if (metadata) {
+    (*metadata)["optimizer"] = name();
+    (*metadata)["steps"] = std::to_string(steps_);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      (*metadata)["group." + std::to_string(g) + ".lr"] = std::to_string(groups_[g].lr);
+      (*metadata)["group." + std::to_string(g) + ".weight_decay"] =
+          std::to_string(groups_[g].weight_decay);
+      (*metadata)["group." + std::to_string(g) + ".size"] =
+          std::to_string(groups_[g].params.size());
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const NamedTensors& state,
+                                const std::map<std::string, std::string>& metadata) {
+  auto get = [&](const std::string& key) {
+    auto it = metadata.find(key);
+    RG_CHECK(it != metadata.end(), "load_state_dict", "expected optimizer metadata \"", key,
+             "\", got a checkpoint without it");
+    return it->second;
+  };
+  RG_CHECK(get("optimizer") == name(), "load_state_dict", "expected a ", name(),
+           " checkpoint, got one of ", get("optimizer"));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::string prefix = "group." + std::to_string(g) + ".";
+    RG_CHECK(std::stoul(get(prefix + "size")) == groups_[g].params.size(), "load_state_dict",
+             "expected group ", g, " with ", groups_[g].params.size(), " parameters, got ",
+             get(prefix + "size"));
+    groups_[g].lr = std::stod(get(prefix + "lr"));
+    groups_[g].weight_decay = std::stod(get(prefix + "weight_decay"));
+  }
+  steps_ = std::stoll(get("steps"));
+  state_.clear();
+  for (auto& [key, t] : state) {
+    // "state.<group>.<index>.<name>"
+    size_t a = key.find('.'), b = key.find('.', a + 1), c = key.find('.', b + 1);
+    RG_CHECK(key.rfind("state.", 0) == 0 && b != std::string::npos && c != std::string::npos,
+             "load_state_dict", "expected keys state.<group>.<index>.<name>, got ", key);
+    size_t g = std::stoul(key.substr(a + 1, b - a - 1)),
+           i = std::stoul(key.substr(b + 1, c - b - 1));
+    RG_CHECK(g < groups_.size() && i < groups_[g].params.size(), "load_state_dict",
+             "expected state for an existing parameter, got ", key);
+    const Tensor& p = groups_[g].params[i];
+    RG_CHECK(t.shape() == p.shape(), "load_state_dict", "expected ", key, " of shape ",
+             shape_str(p.shape()), ", got ", shape_str(t.shape()));
+    state_[{g, i}][key.substr(c + 1)] = t.to(p.device()).to(p.dtype()).contiguous().clone();
+  }
+}
+
+// ---------------------------------------------------------------- SGD
+
+static GroupList one_group(std::vector<Tensor> params) { return {{std::move(params), {}}}; }
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions o) : SGD(one_group(std::move(params)), o) {}
+
+SGD::SGD(GroupList groups, SGDOptions o)
+    : Optimizer(std::move(groups), o.lr, o.weight_decay), options_(o) {
+  RG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD",
+           "expected momentum > 0 and dampening 0 for nesterov, got momentum ", o.momentum,
+           " and dampening ", o.dampening);
+}
+
+// torch.optim.SGD: g += wd·p; buf = μ·buf + (1-τ)·g (buf = g at first);
+// g = nesterov ? g + μ·buf : buf; p -= lr·g.
+void SGD::step() {
+  NoGradGuard no_grad;
+  ++steps_;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    ParamGroup& group = groups_[gi];
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor& p = group.params[i];
+      if (!p.grad().defined()) continue;
+      Tensor g = p.grad();
+      if (group.weight_decay != 0) g = g + p.detach() * group.weight_decay;
+      if (options_.momentum != 0) {
+        auto& st = state(gi, i);
+        auto it = st.find("momentum_buffer");
+        if (it == st.end()) {
+          it = st.emplace("momentum_buffer", g.clone()).first;
+        } else {
+          it->second.mul_(options_.momentum);
+          it->second.add_(g, 1.0 - options_.dampening);
+        }
+        g = options_.nesterov ? g + it->second * options_.momentum : it->second;
+      }
+      p.add_(g, -group.lr);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- Adam / AdamW
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions o)
+    : Adam(one_group(std::move(params)), o, false) {}
+Adam::Adam(GroupList groups, AdamOptions o) : Adam(std::move(groups), o, false) {}
+
+Adam::Adam(GroupList groups, AdamOptions o, bool decoupled)
+    : Optimizer(std::move(groups), o.lr, o.weight_decay), options_(o), decoupled_(decoupled) {
+  RG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, name().c_str(),
+           "expected betas in [0, 1), got ", o.beta1, " and ", o.beta2);
+  RG_CHECK(o.eps >= 0, name().c_str(), "expected eps >= 0, got ", o.eps);
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  ++steps_;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    ParamGroup& group = groups_[gi];
+    AdamStep h{.lr = group.lr,
+               .beta1 = options_.beta1,
+               .beta2 = options_.beta2,
+               .eps = options_.eps,
+               .weight_decay = group.weight_decay,
+               .step = 1,
+               .decoupled = decoupled_};
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor& p = group.params[i];
+      if (!p.grad().defined()) continue;
+      auto& st = state(gi, i);
+      if (st.empty()) {
+        st["exp_avg"] = zeros_like(p);
+        st["exp_avg_sq"] = zeros_like(p);
+        st["step"] = zeros({}, {.dtype = kFloat64});
+      }
+      // Each parameter counts its own steps (it may have skipped some without a gradient).
+      Tensor& count = st["step"];
+      h.step = static_cast<int64_t>(count.item()) + 1;
+      count.fill_(static_cast<double>(h.step));
+      adam_step_(p, p.grad(), st["exp_avg"], st["exp_avg_sq"], h);
+    }
+  }
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions o)
+    : Adam(one_group(std::move(params)), o, true) {}
+AdamW::AdamW(GroupList groups, AdamOptions o) : Adam(std::move(groups), o, true) {}
+
+// ---------------------------------------------------------------- clipping, checkpoints
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  double total = 0;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) {
+      Tensor g = p.grad().to(kFloat64);
+      total += sum(g * g).item();
+    }
+  double norm = std::sqrt(total);
+  double scale = max_norm / (norm + 1e-6);
+  if (scale < 1)
+    for (const Tensor& p : params)
+      if (p.grad().defined()) {
+        Tensor g = p.grad();
+        g.mul_(scale);
+      }
+  return norm;
+}
+
+void save(const Optimizer& optimizer, const std::string& path) {
+  std::map<std::string, std::string> metadata{{"format", "ringgrad"}};
+  NamedTensors state = optimizer.state_dict(&metadata);
+  save_safetensors(state, path, metadata);
+}
+
+void load(Optimizer& optimizer, const std::string& path) {
+  std::map<std::string, std::string> metadata;
+  NamedTensors state = load_safetensors(path, &metadata);
+  optimizer.load_state_dict(state, metadata);
+}
+
+}  // namespace ringgrad::optim

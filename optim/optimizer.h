@@ -1,0 +1,123 @@
+// optimizer.h — optimizers: SGD, Adam, AdamW, with PyTorch's formulas and API.
+//
+//   rg::optim::Adam opt(model.parameters(), {.lr = 1e-3});
+//   opt.zero_grad(); loss.backward(); opt.step();
+//
+// Parameter groups carry their own learning rate and weight decay:
+//   rg::optim::AdamW opt({{decay_params, {.weight_decay = 0.1}},
+//                         {no_decay_params, {.weight_decay = 0.0}}}, {.lr = 3e-4});
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ringgrad/core/safetensors.h"
+#include "ringgrad/core/tensor.h"
+
+namespace ringgrad::optim {
+
+// Per-group overrides; unset fields take the optimizer's defaults.
+struct GroupOptions {
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double lr = 0;
+  double weight_decay = 0;
+  double initial_lr = 0;  // what schedules scale from
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of every parameter that has a gradient (others are skipped).
+  virtual void step() = 0;
+  // Clears the gradients (to none, PyTorch's default set_to_none=True).
+  void zero_grad();
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  int64_t steps() const { return steps_; }
+
+  // State for resuming: per-parameter buffers as "state.<group>.<index>.<name>"
+  // plus the step count and each group's lr / weight decay in `metadata`.
+  NamedTensors state_dict(std::map<std::string, std::string>* metadata) const;
+  void load_state_dict(const NamedTensors& state,
+                       const std::map<std::string, std::string>& metadata);
+  virtual std::string name() const = 0;
+
+ protected:
+  Optimizer(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups, double lr,
+            double weight_decay);
+  // Per-parameter buffers, created on first use: state(g, i)["exp_avg"].
+  std::map<std::string, Tensor>& state(size_t group, size_t index);
+
+  std::vector<ParamGroup> groups_;
+  std::map<std::pair<size_t, size_t>, std::map<std::string, Tensor>> state_;
+  int64_t steps_ = 0;
+};
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options = {});
+  SGD(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups, SGDOptions options = {});
+  void step() override;
+  std::string name() const override { return "SGD"; }
+
+ private:
+  SGDOptions options_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;  // Adam: L2 added to the gradient; AdamW: decoupled decay
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options = {});
+  Adam(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups, AdamOptions options = {});
+  void step() override;
+  std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+
+ protected:
+  Adam(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups, AdamOptions options,
+       bool decoupled);
+
+ private:
+  AdamOptions options_;
+  bool decoupled_;
+};
+
+// Adam with decoupled weight decay (Loshchilov & Hutter): p -= lr·wd·p each step.
+// PyTorch's default weight_decay for AdamW is 0.01.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 0.01});
+  AdamW(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups,
+        AdamOptions options = {.weight_decay = 0.01});
+};
+
+// Scales all gradients so their global L2 norm is at most max_norm; returns the
+// norm before clipping (torch.nn.utils.clip_grad_norm_).
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+// Checkpoints: the optimizer's state as a .safetensors file (written atomically).
+void save(const Optimizer& optimizer, const std::string& path);
+void load(Optimizer& optimizer, const std::string& path);
+
+}  // namespace ringgrad::optim
