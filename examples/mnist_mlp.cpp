@@ -10,6 +10,8 @@
 // Prints progress within each epoch, train loss and test accuracy per epoch,
 // and ends with: RESULT example=mnist_mlp epochs=E test_acc=… samples_per_s=…
 #include <ringgrad/ringgrad.h>
+
+#include "simple_model.h"
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -18,17 +20,6 @@
 #include <filesystem>
 
 namespace rg = ringgrad;
-
-struct SimpleModel : rg::nn::Module {
-  rg::nn::Linear fc1{784, 256}, fc2{256, 10};
-  SimpleModel() {
-    register_module("fc1", fc1);
-    register_module("fc2", fc2);
-  }
-  rg::Tensor forward(const rg::Tensor& x) override {  // x (B, 28, 28) -> logits (B, 10)
-    return fc2(rg::relu(fc1(x.flatten(1))));
-  }
-};
 
 // Fraction of `data` that the model classifies correctly.
 static double accuracy(SimpleModel& model, const rg::data::Dataset& data) {

@@ -84,9 +84,16 @@ void Optimizer::load_state_dict(const NamedTensors& state,
     RG_CHECK(g < groups_.size() && i < groups_[g].params.size(), "load_state_dict",
              "expected state for an existing parameter, got ", key);
     const Tensor& p = groups_[g].params[i];
+    std::string buffer = key.substr(c + 1);
+    if (buffer == "step") {  // a per-parameter counter: a float64 scalar kept on the CPU
+      RG_CHECK(t.numel() == 1, "load_state_dict", "expected ", key, " to be a scalar, got shape ",
+               shape_str(t.shape()));
+      state_[{g, i}][buffer] = t.to(kCPU).to(kFloat64).reshape({}).clone();
+      continue;
+    }
     RG_CHECK(t.shape() == p.shape(), "load_state_dict", "expected ", key, " of shape ",
              shape_str(p.shape()), ", got ", shape_str(t.shape()));
-    state_[{g, i}][key.substr(c + 1)] = t.to(p.device()).to(p.dtype()).contiguous().clone();
+    state_[{g, i}][buffer] = t.to(p.device()).to(p.dtype()).contiguous().clone();
   }
 }
 
