@@ -2,6 +2,8 @@
 #include "ringgrad/optim/optimizer.h"
 
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/core/factory.h"
@@ -34,6 +36,13 @@ std::map<std::string, Tensor>& Optimizer::state(size_t group, size_t index) {
   return state_[{group, index}];
 }
 
+// Doubles in checkpoint metadata keep every bit (std::to_string keeps 6 decimals).
+static std::string exact(double v) {
+  std::ostringstream os;
+  os << std::setprecision(17) << v;
+  return os.str();
+}
+
 NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata) const {
   NamedTensors out;
   for (auto& [key, buffers] : state_)
@@ -44,9 +53,10 @@ NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata)
     (*metadata)["optimizer"] = name();
     (*metadata)["steps"] = std::to_string(steps_);
     for (size_t g = 0; g < groups_.size(); ++g) {
-      (*metadata)["group." + std::to_string(g) + ".lr"] = std::to_string(groups_[g].lr);
-      (*metadata)["group." + std::to_string(g) + ".weight_decay"] =
-          std::to_string(groups_[g].weight_decay);
+      std::string prefix = "group." + std::to_string(g) + ".";
+      (*metadata)[prefix + "lr"] = exact(groups_[g].lr);
+      (*metadata)[prefix + "initial_lr"] = exact(groups_[g].initial_lr);
+      (*metadata)[prefix + "weight_decay"] = exact(groups_[g].weight_decay);
       (*metadata)["group." + std::to_string(g) + ".size"] =
           std::to_string(groups_[g].params.size());
     }
@@ -70,6 +80,7 @@ void Optimizer::load_state_dict(const NamedTensors& state,
              "expected group ", g, " with ", groups_[g].params.size(), " parameters, got ",
              get(prefix + "size"));
     groups_[g].lr = std::stod(get(prefix + "lr"));
+    groups_[g].initial_lr = std::stod(get(prefix + "initial_lr"));
     groups_[g].weight_decay = std::stod(get(prefix + "weight_decay"));
   }
   steps_ = std::stoll(get("steps"));

@@ -20,8 +20,8 @@ namespace ringgrad::optim {
 
 // Per-group overrides; unset fields take the optimizer's defaults.
 struct GroupOptions {
-  std::optional<double> lr;
-  std::optional<double> weight_decay;
+  std::optional<double> lr = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
 };
 
 struct ParamGroup {

@@ -44,9 +44,7 @@ struct Net : nn::Module {
     seq = register_module("seq", s);
     register_buffer("running", rg::zeros({2}));
   }
-  rg::Tensor forward(const rg::Tensor& x) override {
-    return seq->forward(fc2(rg::relu(fc1(x))));
-  }
+  rg::Tensor forward(const rg::Tensor& x) override { return seq->forward(fc2(rg::relu(fc1(x)))); }
 };
 
 // Exposes registration so a test can misuse it.
@@ -112,13 +110,13 @@ std::vector<double> naive_ce(const std::vector<double>& x, const std::vector<int
 TEST_CASE("nn: named_parameters uses dotted names through members and Sequential children") {
   Net net;
   CHECK(names_of(net.named_parameters()) ==
-        std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-                                 "seq.0.weight", "seq.0.bias", "seq.2.weight"});
+        std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "seq.0.weight",
+                                 "seq.0.bias", "seq.2.weight"});
   CHECK(names_of(net.named_parameters(/*recurse=*/false)).empty());
   CHECK(names_of(net.named_buffers()) == std::vector<std::string>{"running"});
   CHECK(names_of(net.state_dict()) ==
-        std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-                                 "seq.0.weight", "seq.0.bias", "seq.2.weight", "running"});
+        std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "seq.0.weight",
+                                 "seq.0.bias", "seq.2.weight", "running"});
   CHECK(net.parameters().size() == 7);
   CHECK(net.num_parameters() == 4 * 3 + 3 + 3 * 2 + 2 + 2 * 2 + 2 + 2 * 1);
   auto children = net.named_children();
@@ -128,8 +126,7 @@ TEST_CASE("nn: named_parameters uses dotted names through members and Sequential
   auto modules = net.named_modules();
   std::vector<std::string> mod_names;
   for (auto& [n, m] : modules) mod_names.push_back(n);
-  CHECK(mod_names ==
-        std::vector<std::string>{"", "fc1", "fc2", "seq", "seq.0", "seq.1", "seq.2"});
+  CHECK(mod_names == std::vector<std::string>{"", "fc1", "fc2", "seq", "seq.0", "seq.1", "seq.2"});
   // The handles name the members themselves.
   CHECK(net.parameters()[0].impl_ptr() == net.fc1.weight.impl_ptr());
   for (const rg::Tensor& p : net.parameters()) CHECK(p.requires_grad());
@@ -387,8 +384,10 @@ TEST_CASE("nn: Dropout is the identity in eval and drops about p while training"
   int64_t zeros = 0;
   bool scaled = true;
   for (double e : v) {
-    if (e == 0) ++zeros;
-    else if (std::abs(e - 1.0 / 0.7) > 1e-6) scaled = false;
+    if (e == 0)
+      ++zeros;
+    else if (std::abs(e - 1.0 / 0.7) > 1e-6)
+      scaled = false;
   }
   double frac = static_cast<double>(zeros) / static_cast<double>(v.size());
   CHECK(frac > 0.29);
@@ -431,8 +430,7 @@ TEST_CASE("nn: GELU module, exact and tanh forms") {
   std::vector<double> exact, approx;
   for (double v : xs) {
     exact.push_back(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
-    approx.push_back(0.5 * v *
-                     (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
+    approx.push_back(0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
   }
   check_close(nn::GELU()(x), exact, 1e-12);
   check_close(nn::GELU(rg::GeluApprox::Tanh)(x), approx, 1e-12);
@@ -525,21 +523,19 @@ TEST_CASE("nn: cross_entropy gradcheck in float64") {
   rg::Tensor t = i64({1, 4, 0, 2});
   rg::Tensor t_ign = i64({1, -100, 0, 3});
   grad_ok("ce mean", [&](const V& in) { return nn::cross_entropy(in[0], t); }, {x});
-  grad_ok("ce sum",
-          [&](const V& in) { return nn::cross_entropy(in[0], t, {.reduction = nn::Reduction::Sum}); },
-          {x});
-  grad_ok("ce none",
-          [&](const V& in) {
-            return nn::cross_entropy(in[0], t, {.reduction = nn::Reduction::None});
-          },
-          {x});
+  grad_ok(
+      "ce sum",
+      [&](const V& in) { return nn::cross_entropy(in[0], t, {.reduction = nn::Reduction::Sum}); },
+      {x});
+  grad_ok(
+      "ce none",
+      [&](const V& in) { return nn::cross_entropy(in[0], t, {.reduction = nn::Reduction::None}); },
+      {x});
   grad_ok("ce smoothing",
           [&](const V& in) { return nn::cross_entropy(in[0], t, {.label_smoothing = 0.2}); }, {x});
   grad_ok("ce ignore", [&](const V& in) { return nn::cross_entropy(in[0], t_ign); }, {x});
   grad_ok("ce smoothing+ignore",
-          [&](const V& in) {
-            return nn::cross_entropy(in[0], t_ign, {.label_smoothing = 0.1});
-          },
+          [&](const V& in) { return nn::cross_entropy(in[0], t_ign, {.label_smoothing = 0.1}); },
           {x});
 }
 

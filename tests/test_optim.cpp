@@ -1,0 +1,517 @@
+// test_optim.cpp — SGD, Adam and AdamW stepped on a tiny quadratic and compared
+// with PyTorch's documented algorithms re-implemented here in double precision;
+// parameter groups, skipped parameters, checkpoints (resume = uninterrupted),
+// LR schedules, gradient clipping, and one small end-to-end training run.
+#include <doctest/doctest.h>
+#include <ringgrad/ringgrad.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_helpers.h"
+
+namespace rg = ringgrad;
+namespace optim = ringgrad::optim;
+namespace fs = std::filesystem;
+using test::check_close;
+using test::error_of;
+using test::f64;
+using test::leaf_of;
+using test::values;
+using Vec = std::vector<double>;
+using GroupList = std::vector<std::pair<std::vector<rg::Tensor>, optim::GroupOptions>>;
+
+namespace {
+
+// Gradient of the quadratic Σ ½·a_i·(p_i − c_i)²: a_i·(p_i − c_i), with per-element
+// a and c (offset distinguishes parameters).
+Vec quad_grad(const Vec& p, size_t offset = 0) {
+  Vec g(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    double a = 0.5 + 0.7 * static_cast<double>((i + offset) % 4);
+    double c = 0.3 * static_cast<double>(i + offset) - 0.5;
+    g[i] = a * (p[i] - c);
+  }
+  return g;
+}
+
+void set_quad_grad(rg::Tensor& p, size_t offset = 0) {
+  p.set_grad(f64(quad_grad(values(p), offset), p.shape()));
+}
+
+optim::GroupOptions group(std::optional<double> lr, std::optional<double> weight_decay) {
+  return {.lr = lr, .weight_decay = weight_decay};
+}
+
+const Vec kInit1{1.0, -2.0, 0.5};
+const Vec kInit2{0.25, -0.75};
+
+// torch.optim.SGD, per element (buf empty until the first step).
+struct SgdRef {
+  optim::SGDOptions o;
+  Vec p, buf;
+};
+
+// torch.optim.Adam / AdamW, per element.
+struct AdamRef {
+  optim::AdamOptions o;
+  bool decoupled;
+  Vec p, m, v;
+  int t = 0;
+  void step(double lr, double wd, size_t offset) {
+    Vec g = quad_grad(p, offset);
+    if (m.empty()) m.assign(p.size(), 0.0), v.assign(p.size(), 0.0);
+    ++t;
+    for (size_t i = 0; i < p.size(); ++i) {
+      double gi = g[i];
+      if (decoupled)
+        p[i] -= lr * wd * p[i];
+      else
+        gi += wd * p[i];
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * gi;
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * gi * gi;
+      double m_hat = m[i] / (1 - std::pow(o.beta1, t));
+      double v_hat = v[i] / (1 - std::pow(o.beta2, t));
+      p[i] -= lr * m_hat / (std::sqrt(v_hat) + o.eps);
+    }
+  }
+};
+
+// One torch.optim.SGD step: d = g + wd·p; buf = d at first, else μ·buf + (1−τ)·d;
+// d = nesterov ? d + μ·buf : buf; p -= lr·d.
+void sgd_ref_step(SgdRef& r, double lr, double wd, size_t offset) {
+  bool first = r.buf.empty();
+  if (first) r.buf.assign(r.p.size(), 0.0);
+  Vec g = quad_grad(r.p, offset);
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    double d = g[i] + wd * r.p[i];
+    if (r.o.momentum != 0) {
+      r.buf[i] = first ? d : r.o.momentum * r.buf[i] + (1 - r.o.dampening) * d;
+      d = r.o.nesterov ? d + r.o.momentum * r.buf[i] : r.buf[i];
+    }
+    r.p[i] -= lr * d;
+  }
+}
+
+// Steps `opt` over two parameters on the quadratic, `refs` alongside, comparing each step.
+template <typename Opt, typename StepRef>
+void compare_steps(Opt& opt, rg::Tensor& p1, rg::Tensor& p2, StepRef step_ref, int steps = 5) {
+  for (int s = 0; s < steps; ++s) {
+    set_quad_grad(p1, 0);
+    set_quad_grad(p2, 3);
+    opt.step();
+    auto [want1, want2] = step_ref();
+    CAPTURE(s);
+    check_close(p1, want1, 1e-9);
+    check_close(p2, want2, 1e-9);
+  }
+  CHECK(opt.steps() == steps);
+}
+
+void check_sgd(optim::SGDOptions o) {
+  rg::Tensor p1 = leaf_of(kInit1, {3}), p2 = leaf_of(kInit2, {2});
+  optim::SGD opt({p1, p2}, o);
+  SgdRef r1{o, kInit1, {}}, r2{o, kInit2, {}};
+  compare_steps(opt, p1, p2, [&] {
+    sgd_ref_step(r1, o.lr, o.weight_decay, 0);
+    sgd_ref_step(r2, o.lr, o.weight_decay, 3);
+    return std::pair{r1.p, r2.p};
+  });
+}
+
+template <typename Opt>
+void check_adam(optim::AdamOptions o, bool decoupled) {
+  rg::Tensor p1 = leaf_of(kInit1, {3}), p2 = leaf_of(kInit2, {2});
+  Opt opt({p1, p2}, o);
+  AdamRef r1{o, decoupled, kInit1, {}, {}}, r2{o, decoupled, kInit2, {}, {}};
+  compare_steps(opt, p1, p2, [&] {
+    r1.step(o.lr, o.weight_decay, 0);
+    r2.step(o.lr, o.weight_decay, 3);
+    return std::pair{r1.p, r2.p};
+  });
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("ringgrad_optim_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- SGD
+
+TEST_CASE("optim: SGD matches torch.optim.SGD") {
+  SUBCASE("plain") { check_sgd({.lr = 0.1}); }
+  SUBCASE("momentum and dampening") { check_sgd({.lr = 0.05, .momentum = 0.9, .dampening = 0.3}); }
+  SUBCASE("nesterov") { check_sgd({.lr = 0.05, .momentum = 0.8, .nesterov = true}); }
+  SUBCASE("weight decay") { check_sgd({.lr = 0.1, .weight_decay = 0.2}); }
+  SUBCASE("weight decay with momentum") {
+    check_sgd({.lr = 0.1, .momentum = 0.5, .weight_decay = 0.05});
+  }
+  CHECK_CONTAINS(error_of([] { optim::SGD bad({leaf_of({1}, {1})}, {.nesterov = true}); }),
+                 "nesterov");
+}
+
+// ---------------------------------------------------------------- Adam / AdamW
+
+TEST_CASE("optim: Adam matches torch.optim.Adam, bias correction included") {
+  SUBCASE("defaults but lr") { check_adam<optim::Adam>({.lr = 0.1}, false); }
+  SUBCASE("betas and a large eps (where eps sits matters)") {
+    check_adam<optim::Adam>({.lr = 0.05, .beta1 = 0.8, .beta2 = 0.9, .eps = 0.1}, false);
+  }
+  SUBCASE("weight decay is L2 added to the gradient") {
+    check_adam<optim::Adam>({.lr = 0.1, .weight_decay = 0.3}, false);
+  }
+  rg::Tensor p = leaf_of({1}, {1});
+  optim::Adam a({p});
+  CHECK(a.name() == "Adam");
+  CHECK_CONTAINS(error_of([&] { optim::Adam bad({p}, {.beta1 = 1.0}); }), "betas");
+}
+
+TEST_CASE("optim: AdamW decays the weights decoupled from the gradient") {
+  SUBCASE("explicit weight decay") {
+    check_adam<optim::AdamW>({.lr = 0.1, .weight_decay = 0.3}, true);
+  }
+  SUBCASE("AdamW's default weight decay is 0.01") {
+    rg::Tensor p = leaf_of({1}, {1});
+    optim::AdamW opt({p});
+    CHECK(opt.param_groups()[0].weight_decay == 0.01);
+    CHECK(opt.name() == "AdamW");
+    check_adam<optim::AdamW>({.lr = 0.1, .weight_decay = 0.01}, true);
+  }
+  SUBCASE("the decay uses the step's lr") {
+    // With g = 0 from the start m = v = 0, so the update is the decay alone: p ← p·(1 − lr·wd).
+    rg::Tensor p = leaf_of({2.0, -4.0}, {2});
+    optim::AdamW opt({p}, {.lr = 0.1, .weight_decay = 0.5});
+    for (int s = 0; s < 3; ++s) {
+      p.set_grad(f64({0.0, 0.0}));
+      opt.step();
+    }
+    check_close(p, {2.0 * std::pow(0.95, 3), -4.0 * std::pow(0.95, 3)}, 1e-12);
+  }
+}
+
+// ---------------------------------------------------------------- groups, skipping, zero_grad
+
+TEST_CASE("optim: parameter groups carry their own lr and weight decay") {
+  rg::Tensor p1 = leaf_of(kInit1, {3}), p2 = leaf_of(kInit2, {2});
+  GroupList groups{{{p1}, group(0.5, {})}, {{p2}, group({}, 0.2)}};
+  optim::SGD opt(groups, {.lr = 0.1, .weight_decay = 0.0});
+  REQUIRE(opt.param_groups().size() == 2);
+  CHECK(opt.param_groups()[0].lr == 0.5);
+  CHECK(opt.param_groups()[0].weight_decay == 0.0);
+  CHECK(opt.param_groups()[1].lr == 0.1);
+  CHECK(opt.param_groups()[1].weight_decay == 0.2);
+  CHECK(opt.param_groups()[0].initial_lr == 0.5);
+  SgdRef r1{{}, kInit1, {}}, r2{{}, kInit2, {}};
+  compare_steps(opt, p1, p2, [&] {
+    sgd_ref_step(r1, 0.5, 0.0, 0);
+    sgd_ref_step(r2, 0.1, 0.2, 3);
+    return std::pair{r1.p, r2.p};
+  });
+
+  rg::Tensor q1 = leaf_of(kInit1, {3}), q2 = leaf_of(kInit2, {2});
+  GroupList agroups{{{q1}, group(0.05, 0.0)}, {{q2}, group({}, {})}};
+  optim::AdamW adamw(agroups, {.lr = 0.1, .weight_decay = 0.4});
+  AdamRef a1{{}, true, kInit1, {}, {}}, a2{{}, true, kInit2, {}, {}};
+  compare_steps(adamw, q1, q2, [&] {
+    a1.step(0.05, 0.0, 0);
+    a2.step(0.1, 0.4, 3);
+    return std::pair{a1.p, a2.p};
+  });
+}
+
+TEST_CASE("optim: a parameter without a gradient is skipped and gets no state") {
+  rg::Tensor p1 = leaf_of(kInit1, {3}), p2 = leaf_of(kInit2, {2});
+  optim::Adam adam({p1, p2}, {.lr = 0.1});
+  set_quad_grad(p1);
+  adam.step();
+  CHECK(values(p1) != kInit1);
+  CHECK(values(p2) == kInit2);
+  std::map<std::string, std::string> meta;
+  for (auto& [key, t] : adam.state_dict(&meta)) {
+    CHECK_MESSAGE(key.rfind("state.0.0.", 0) == 0, key);
+  }
+  // Its own step count starts when it first gets a gradient (bias correction of step 1).
+  set_quad_grad(p1);
+  set_quad_grad(p2, 3);
+  adam.step();
+  AdamRef r2{{}, false, kInit2, {}, {}};
+  r2.step(0.1, 0.0, 3);
+  check_close(p2, r2.p, 1e-9);
+
+  rg::Tensor q1 = leaf_of(kInit1, {3}), q2 = leaf_of(kInit2, {2});
+  optim::SGD sgd({q1, q2}, {.lr = 0.1, .momentum = 0.9});
+  set_quad_grad(q2, 3);
+  sgd.step();
+  CHECK(values(q1) == kInit1);
+  for (auto& [key, t] : sgd.state_dict(nullptr))
+    CHECK_MESSAGE(key.rfind("state.0.1.", 0) == 0, key);
+}
+
+TEST_CASE("optim: zero_grad clears the gradients") {
+  rg::Tensor p1 = leaf_of(kInit1, {3}), p2 = leaf_of(kInit2, {2});
+  optim::SGD opt({p1, p2});
+  set_quad_grad(p1);
+  set_quad_grad(p2);
+  opt.zero_grad();
+  CHECK_FALSE(p1.grad().defined());
+  CHECK_FALSE(p2.grad().defined());
+  opt.step();  // nothing to do
+  CHECK(values(p1) == kInit1);
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+TEST_CASE("optim: resuming from a checkpoint equals an uninterrupted run") {
+  TempDir dir;
+  auto run = [&](auto make_opt, const std::string& file) {
+    // Uninterrupted: 5 steps.
+    rg::Tensor full1 = leaf_of(kInit1, {3}), full2 = leaf_of(kInit2, {2});
+    auto full = make_opt(std::vector<rg::Tensor>{full1, full2});
+    for (int s = 0; s < 5; ++s) {
+      set_quad_grad(full1, 0);
+      set_quad_grad(full2, 3);
+      full.step();
+    }
+    // 2 steps, save, fresh optimizer + parameters, load, 3 more.
+    rg::Tensor a1 = leaf_of(kInit1, {3}), a2 = leaf_of(kInit2, {2});
+    auto first = make_opt(std::vector<rg::Tensor>{a1, a2});
+    for (int s = 0; s < 2; ++s) {
+      set_quad_grad(a1, 0);
+      set_quad_grad(a2, 3);
+      first.step();
+    }
+    std::map<std::string, std::string> meta;
+    rg::NamedTensors in_memory = first.state_dict(&meta);
+    optim::save(first, dir.file(file));
+    for (bool from_file : {false, true}) {
+      CAPTURE(from_file);
+      rg::Tensor b1 = leaf_of(values(a1), {3}), b2 = leaf_of(values(a2), {2});
+      auto resumed = make_opt(std::vector<rg::Tensor>{b1, b2});
+      resumed.param_groups()[0].lr = 123.0;  // the checkpoint's lr wins
+      if (from_file)
+        optim::load(resumed, dir.file(file));
+      else
+        resumed.load_state_dict(in_memory, meta);
+      CHECK(resumed.steps() == 2);
+      CHECK(resumed.param_groups()[0].lr == full.param_groups()[0].lr);
+      for (int s = 0; s < 3; ++s) {
+        set_quad_grad(b1, 0);
+        set_quad_grad(b2, 3);
+        resumed.step();
+      }
+      CHECK(resumed.steps() == 5);
+      CHECK(values(b1) == values(full1));
+      CHECK(values(b2) == values(full2));
+    }
+  };
+  SUBCASE("SGD with momentum") {
+    run(
+        [](std::vector<rg::Tensor> ps) {
+          return optim::SGD(std::move(ps), {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+        },
+        "sgd.safetensors");
+  }
+  SUBCASE("Adam") {
+    run([](std::vector<rg::Tensor> ps) { return optim::Adam(std::move(ps), {.lr = 0.1}); },
+        "adam.safetensors");
+  }
+  SUBCASE("AdamW") {
+    run(
+        [](std::vector<rg::Tensor> ps) {
+          return optim::AdamW(std::move(ps), {.lr = 0.01, .weight_decay = 0.1});
+        },
+        "adamw.safetensors");
+  }
+}
+
+TEST_CASE("optim: a checkpoint keeps each group's lr and weight decay exactly") {
+  // A scheduled lr is not a short decimal; the resumed optimizer must use the same one.
+  rg::Tensor p = leaf_of(kInit1, {3});
+  optim::Adam opt({p}, {.lr = 3e-4, .weight_decay = 1e-7});
+  optim::WarmupCosine sched(opt, {.warmup_steps = 3, .total_steps = 100});
+  for (int s = 0; s < 7; ++s) sched.step();
+  double lr = opt.param_groups()[0].lr;
+  std::map<std::string, std::string> meta;
+  rg::NamedTensors state = opt.state_dict(&meta);
+  rg::Tensor q = leaf_of(kInit1, {3});
+  optim::Adam other({q});
+  other.load_state_dict(state, meta);
+  CHECK(other.param_groups()[0].lr == lr);
+  CHECK(other.param_groups()[0].weight_decay == 1e-7);
+}
+
+TEST_CASE("optim: loading a checkpoint of another optimizer or group size is an error") {
+  rg::Tensor p1 = leaf_of(kInit1, {3}), p2 = leaf_of(kInit2, {2});
+  optim::SGD sgd({p1, p2}, {.lr = 0.1, .momentum = 0.9});
+  set_quad_grad(p1);
+  set_quad_grad(p2);
+  sgd.step();
+  std::map<std::string, std::string> meta;
+  rg::NamedTensors state = sgd.state_dict(&meta);
+
+  optim::Adam adam({p1, p2});
+  std::string msg = error_of([&] { adam.load_state_dict(state, meta); });
+  CHECK_CONTAINS(msg, "Adam");
+  CHECK_CONTAINS(msg, "SGD");
+
+  optim::SGD smaller({p1}, {.lr = 0.1, .momentum = 0.9});
+  msg = error_of([&] { smaller.load_state_dict(state, meta); });
+  CHECK_CONTAINS(msg, "group 0");
+  CHECK_CONTAINS(msg, "1 parameters");
+  CHECK_CONTAINS(msg, "2");
+
+  TempDir dir;
+  optim::save(sgd, dir.file("sgd.safetensors"));
+  CHECK_CONTAINS(error_of([&] { optim::load(adam, dir.file("sgd.safetensors")); }), "SGD");
+  CHECK_CONTAINS(error_of([&] { adam.load_state_dict(state, {}); }), "metadata");
+}
+
+// ---------------------------------------------------------------- schedules
+
+TEST_CASE("optim: StepLR multiplies by gamma every step_size steps") {
+  rg::Tensor p = leaf_of({1}, {1}), q = leaf_of({1}, {1});
+  GroupList groups{{{p}, group({}, {})}, {{q}, group(0.4, {})}};
+  optim::SGD opt(groups, {.lr = 0.2});
+  optim::StepLR sched(opt, /*step_size=*/2, /*gamma=*/0.5);
+  Vec want{1, 1, 0.5, 0.5, 0.25, 0.25, 0.125};
+  for (size_t s = 0; s < want.size(); ++s) CHECK(sched.factor(static_cast<int64_t>(s)) == want[s]);
+  CHECK(opt.param_groups()[0].lr == 0.2);
+  for (int64_t s = 1; s <= 6; ++s) {
+    sched.step();
+    CHECK(sched.steps() == s);
+    CHECK(opt.param_groups()[0].lr == doctest::Approx(0.2 * want[s]).epsilon(1e-12));
+    CHECK(opt.param_groups()[1].lr == doctest::Approx(0.4 * want[s]).epsilon(1e-12));
+  }
+  CHECK_CONTAINS(error_of([&] { optim::StepLR bad(opt, 0); }), "step_size");
+}
+
+TEST_CASE("optim: WarmupCosine warms up linearly then follows a cosine to min_factor") {
+  rg::Tensor p = leaf_of({1}, {1});
+  optim::Adam opt({p}, {.lr = 0.2});
+  optim::WarmupCosine sched(opt, {.warmup_steps = 4, .total_steps = 12, .min_factor = 0.1});
+  CHECK(opt.param_groups()[0].lr == 0.0);  // step 0 of the warmup
+  CHECK(sched.factor(0) == 0.0);
+  for (int64_t s = 1; s <= 16; ++s) {
+    sched.step();
+    double want;
+    if (s < 4)
+      want = static_cast<double>(s) / 4;
+    else if (s >= 12)
+      want = 0.1;
+    else
+      want = 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * static_cast<double>(s - 4) / 8));
+    CAPTURE(s);
+    CHECK(sched.factor(s) == doctest::Approx(want).epsilon(1e-12));
+    CHECK(opt.param_groups()[0].lr == doctest::Approx(0.2 * want).epsilon(1e-12));
+  }
+  CHECK(sched.factor(4) == doctest::Approx(1.0).epsilon(1e-15));   // initial lr at warmup end
+  CHECK(sched.factor(8) == doctest::Approx(0.55).epsilon(1e-12));  // halfway down the cosine
+  CHECK(sched.factor(12) == doctest::Approx(0.1).epsilon(1e-12));
+  CHECK(sched.factor(1000) == doctest::Approx(0.1).epsilon(1e-12));
+  CHECK(opt.param_groups()[0].initial_lr == 0.2);
+
+  optim::Adam opt2({p}, {.lr = 0.2});
+  optim::WarmupCosine no_warmup(opt2, {.warmup_steps = 0, .total_steps = 10});
+  CHECK(opt2.param_groups()[0].lr == 0.2);
+  CHECK(no_warmup.factor(0) == 1.0);
+  CHECK(no_warmup.factor(10) == doctest::Approx(0.0));
+  CHECK_CONTAINS(
+      error_of([&] { optim::WarmupCosine bad(opt2, {.warmup_steps = 5, .total_steps = 5}); }),
+      "warmup_steps");
+}
+
+// ---------------------------------------------------------------- clipping
+
+TEST_CASE("optim: clip_grad_norm returns the norm before clipping and scales to max_norm") {
+  rg::Tensor p1 = leaf_of({0, 0}, {2}), p2 = leaf_of({0}, {1}), p3 = leaf_of({0}, {1});
+  p1.set_grad(f64({3, 4}));
+  p2.set_grad(f64({12}));  // p3 has no gradient and is ignored
+  double norm = optim::clip_grad_norm({p1, p2, p3}, 6.5);
+  CHECK(norm == doctest::Approx(13.0).epsilon(1e-12));
+  Vec g1 = values(p1.grad()), g2 = values(p2.grad());
+  double after = std::sqrt(g1[0] * g1[0] + g1[1] * g1[1] + g2[0] * g2[0]);
+  CHECK(after == doctest::Approx(6.5).epsilon(1e-6));
+  CHECK(g1[1] / g1[0] == doctest::Approx(4.0 / 3.0).epsilon(1e-12));  // direction kept
+  CHECK_FALSE(p3.grad().defined());
+
+  // Under the limit: nothing changes.
+  p1.set_grad(f64({0.3, 0.4}));
+  CHECK(optim::clip_grad_norm({p1}, 1.0) == doctest::Approx(0.5).epsilon(1e-12));
+  CHECK(values(p1.grad()) == Vec{0.3, 0.4});
+
+  // float32 gradients too.
+  rg::Tensor w = rg::zeros({4});
+  w.requires_grad_();
+  w.set_grad(test::f32({1, 1, 1, 1}));
+  CHECK(optim::clip_grad_norm({w}, 1.0) == doctest::Approx(2.0).epsilon(1e-7));
+  check_close(w.grad(), {0.5, 0.5, 0.5, 0.5}, 1e-6);
+}
+
+// ---------------------------------------------------------------- end to end
+
+namespace {
+struct Mlp : rg::nn::Module {
+  rg::nn::Linear fc1{2, 16}, fc2{16, 2};
+  Mlp() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  rg::Tensor forward(const rg::Tensor& x) override { return fc2(rg::relu(fc1(x))); }
+};
+}  // namespace
+
+TEST_CASE("optim: a 2-layer MLP learns XOR-like blobs with Adam") {
+  // Four Gaussian blobs at (±1, ±1); the label is 1 where x·y > 0. Not linearly separable.
+  rg::manual_seed(21);
+  std::mt19937 gen(21);
+  std::normal_distribution<float> noise(0.0f, 0.25f);
+  const int n = 256;
+  std::vector<float> xs;
+  std::vector<int64_t> ys;
+  for (int i = 0; i < n; ++i) {
+    float cx = (i & 1) ? 1.0f : -1.0f, cy = (i & 2) ? 1.0f : -1.0f;
+    xs.push_back(cx + noise(gen));
+    xs.push_back(cy + noise(gen));
+    ys.push_back(cx * cy > 0 ? 1 : 0);
+  }
+  rg::Tensor x = test::f32(xs, {n, 2}), y = test::i64(ys);
+  Mlp model;
+  optim::Adam opt(model.parameters(), {.lr = 0.02});
+  double first_loss = 0, last_loss = 0;
+  for (int step = 0; step < 200; ++step) {
+    opt.zero_grad();
+    rg::Tensor loss = rg::nn::cross_entropy(model.forward(x), y);
+    loss.backward();
+    opt.step();
+    if (step == 0) first_loss = loss.item();
+    last_loss = loss.item();
+  }
+  std::vector<int64_t> pred;
+  {
+    rg::NoGradGuard ng;
+    pred = model.forward(x).argmax(1).tolist<int64_t>();
+  }
+  int correct = 0;
+  for (int i = 0; i < n; ++i) correct += pred[i] == ys[i];
+  double acc = static_cast<double>(correct) / n;
+  CHECK_MESSAGE(acc > 0.95, "accuracy " << acc << ", loss " << first_loss << " -> " << last_loss);
+  CHECK(last_loss < first_loss);
+}
