@@ -57,11 +57,13 @@ void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0
     multiply(Eigen::Map<RowMajor<T>, 0, Stride>(c, r1 - r0, c1 - c0, Stride(g.n)));
 }
 
-// Work (multiply-adds) below which one GEMM stays on one thread: measured with
-// bench_gemm, a 64×784×256 product is no faster on two cores than on one.
-constexpr int64_t kSerialGemmWork = int64_t(1) << 24;
+// Work (multiply-adds) below which one GEMM stays on one thread (waking a
+// second thread costs more than it saves), and from which panels are cut finer
+// than one per thread so a thread slowed by another process takes fewer.
+constexpr int64_t kSerialGemmWork = int64_t(1) << 17;
+constexpr int64_t kFinePanelsWork = int64_t(1) << 24;
 constexpr int64_t kPanelsPerThread = 4;
-constexpr int64_t kMinPanel = 64;  // rows or columns
+constexpr int64_t kMinPanel = 16;  // rows or columns: one SIMD-kernel width
 
 // One product on `threads` threads: split C into independent column (or row)
 // panels, one single-threaded Eigen GEMM each, handed out dynamically. A
@@ -71,7 +73,8 @@ template <typename T>
 void gemm_split(const GemmArgs& g, int64_t i, int threads) {
   bool by_cols = g.n >= g.m;
   int64_t extent = by_cols ? g.n : g.m;
-  int64_t parts = std::min<int64_t>(int64_t(threads) * kPanelsPerThread,
+  int64_t per_thread = g.m * g.n * g.k >= kFinePanelsWork ? kPanelsPerThread : 1;
+  int64_t parts = std::min<int64_t>(int64_t(threads) * per_thread,
                                     std::max<int64_t>(1, extent / kMinPanel));
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t p = 0; p < parts; ++p) {
