@@ -59,9 +59,9 @@ void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0
 
 // Work (multiply-adds) below which one GEMM stays on one thread: a 64×256×10
 // product (164k) takes ~4 µs, about what waking a second thread costs, and
-// measured 0.84–1.4× on two threads depending on the machine's mood. Above
-// kFinePanelsWork panels are cut finer
-// than one per thread so a thread slowed by another process takes fewer.
+// measured 0.84–1.4× on two threads depending on the machine's load. Above
+// kFinePanelsWork, panels are cut finer than one per thread, so a thread
+// slowed by another process simply takes fewer of them.
 constexpr int64_t kSerialGemmWork = int64_t(1) << 20;
 constexpr int64_t kFinePanelsWork = int64_t(1) << 24;
 constexpr int64_t kPanelsPerThread = 4;
