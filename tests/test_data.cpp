@@ -25,21 +25,7 @@ using test::error_of;
 
 namespace {
 
-// A fresh directory under /tmp, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("ringgrad_test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 using Bytes = std::vector<uint8_t>;
 

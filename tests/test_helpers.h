@@ -8,6 +8,11 @@
 //   naive_matmul(a, b, m, k, n)             the reference GEMM, in double precision
 #pragma once
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -21,6 +26,28 @@
 namespace rg = ringgrad;
 
 namespace test {
+
+// A fresh directory under /tmp for one test, removed with everything in it at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("ringgrad_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;  // a test may have made it read-only: give the owner rights back first
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::string operator/(const std::string& name) const { return file(name); }
+};
+
 
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -53,20 +53,7 @@ struct Registrar : nn::Module {
   void buffer(const std::string& n) { register_buffer(n, rg::zeros({1})); }
 };
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("ringgrad_nn_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 std::vector<std::string> names_of(const rg::NamedTensors& named) {
   std::vector<std::string> out;

@@ -137,20 +137,7 @@ void check_adam(optim::AdamOptions o, bool decoupled) {
   });
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("ringgrad_optim_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 }  // namespace
 

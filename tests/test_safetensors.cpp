@@ -22,22 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory, removed (with everything in it) at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("ringgrad_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
