@@ -10,14 +10,15 @@
 // Prints progress within each epoch, train loss and test accuracy per epoch,
 // and ends with: RESULT example=mnist_mlp epochs=E test_acc=… samples_per_s=…
 #include <ringgrad/ringgrad.h>
-
-#include "simple_model.h"
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+
+#include "simple_model.h"
 
 namespace rg = ringgrad;
 
@@ -84,10 +85,16 @@ int main(int argc, char** argv) {
         opt.step();
         loss_sum += loss.item();
         samples += x.size(0);
-        if (tty && (++step % 50 == 0 || step == steps))
-          std::printf("\r[Epoch %d] %5lld/%lld  loss %.4f", epoch + 1, static_cast<long long>(step),
-                      static_cast<long long>(steps), loss_sum / static_cast<double>(step)),
-              std::fflush(stdout);
+        // Progress: a line updated in place on a terminal, a plain line each quarter otherwise.
+        ++step;
+        bool show = tty ? (step % 50 == 0 || step == steps)
+                        : (step < steps && step % std::max<int64_t>(1, steps / 4) == 0);
+        if (show) {
+          std::printf("%s[Epoch %d] %5lld/%lld  loss %.4f%s", tty ? "\r" : "", epoch + 1,
+                      static_cast<long long>(step), static_cast<long long>(steps),
+                      loss_sum / static_cast<double>(step), tty ? "" : "\n");
+          std::fflush(stdout);
+        }
       }
       train_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,8 +6,11 @@
 
 namespace ringgrad::optim {
 
-void LRSchedule::step() {
-  ++steps_;
+void LRSchedule::step() { resume_at(steps_ + 1); }
+
+void LRSchedule::resume_at(int64_t step) {
+  RG_CHECK(step >= 0, "LRSchedule", "expected a step >= 0, got ", step);
+  steps_ = step;
   double f = factor(steps_);
   for (ParamGroup& g : optimizer_.param_groups()) g.lr = g.initial_lr * f;
 }

@@ -16,6 +16,8 @@ class LRSchedule {
   virtual ~LRSchedule() = default;
   void step();  // advance one step and apply
   int64_t steps() const { return steps_; }
+  // Continue a resumed run: jump to `step` (the optimizer's steps(), say) and apply.
+  void resume_at(int64_t step);
   virtual double factor(int64_t step) const = 0;  // lr = initial_lr · factor(step)
 
  protected:

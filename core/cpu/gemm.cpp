@@ -68,18 +68,17 @@ constexpr int64_t kPanelsPerThread = 4;
 constexpr int64_t kMinPanel = 16;  // rows or columns: one SIMD-kernel width
 
 // One product on `threads` threads: split C into independent column (or row)
-// panels, one single-threaded Eigen GEMM each, handed out dynamically. A
-// thread whose core is busy with another process simply takes fewer panels,
-// so a second thread never makes a product slower than one thread would.
+// panels, one single-threaded Eigen GEMM each, claimed from the pool's shared
+// counter. A thread whose core is busy with another process simply takes
+// fewer panels (or none), so a second thread never waits out a time slice.
 template <typename T>
 void gemm_split(const GemmArgs& g, int64_t i, int threads) {
   bool by_cols = g.n >= g.m;
   int64_t extent = by_cols ? g.n : g.m;
   int64_t per_thread = g.m * g.n * g.k >= kFinePanelsWork ? kPanelsPerThread : 1;
-  int64_t parts = std::min<int64_t>(int64_t(threads) * per_thread,
-                                    std::max<int64_t>(1, extent / kMinPanel));
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t p = 0; p < parts; ++p) {
+  int64_t parts =
+      std::min<int64_t>(int64_t(threads) * per_thread, std::max<int64_t>(1, extent / kMinPanel));
+  parallel_chunks(parts, threads, [&](int64_t p) {
     // Panel edges on multiples of 16 keep every panel's SIMD kernels full.
     int64_t lo = extent * p / parts / 16 * 16;
     int64_t hi = p + 1 == parts ? extent : extent * (p + 1) / parts / 16 * 16;
@@ -87,24 +86,23 @@ void gemm_split(const GemmArgs& g, int64_t i, int threads) {
       gemm_block<T>(g, i, 0, g.m, lo, hi);
     else
       gemm_block<T>(g, i, lo, hi, 0, g.n);
-  }
+  });
 }
 
 }  // namespace
 
 void CpuBackend::gemm(const GemmArgs& g) {
   dispatch_floating(g.dtype, "matmul", [&]<typename T>() {
-    int threads = omp_in_parallel() ? 1 : get_num_threads();
-    // We decide the threading (Eigen's own splits even small products, and
-    // loses there); the caller's own Eigen setting is put back after.
+    int threads = in_parallel_region() ? 1 : get_num_threads();
+    // We decide the threading (thread_pool.h); Eigen runs each block on one
+    // thread. The caller's own Eigen setting is put back after.
     int eigen_threads = Eigen::nbThreads();
     Eigen::setNbThreads(1);
     int64_t work = g.m * g.n * g.k;
     if (threads > 1 && g.batch > 1 && g.batch * work >= kParallelGrain &&
         (work < kSerialGemmWork || g.batch >= threads)) {
-      // A batch of products: one product per thread.
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t i = 0; i < g.batch; ++i) gemm_block<T>(g, i, 0, g.m, 0, g.n);
+      // A batch of products: one product per chunk.
+      parallel_chunks(g.batch, threads, [&](int64_t i) { gemm_block<T>(g, i, 0, g.m, 0, g.n); });
     } else {
       for (int64_t i = 0; i < g.batch; ++i) {
         if (threads > 1 && work >= kSerialGemmWork)

@@ -1,19 +1,18 @@
 // loops.h — the CPU's generic loops (internal).
 //
 // dispatch_*: run a templated lambda for the C++ type of a dtype.
-// parallel_for: split [0, n) over the configured threads when n is big enough.
+// parallel_for: split [0, n) over the configured threads when the work is big enough.
 // for_each_row: visit N same-shaped strided operands row by row, after merging
 // dims that are contiguous in every operand, so most elementwise ops become one
 // long unit-stride loop that the compiler vectorises.
 #pragma once
-
-#include <omp.h>
 
 #include <array>
 #include <cstdint>
 #include <type_traits>
 
 #include "ringgrad/core/backend.h"
+#include "ringgrad/core/cpu/thread_pool.h"
 #include "ringgrad/core/threads.h"
 
 namespace ringgrad::cpu {
@@ -22,10 +21,18 @@ namespace ringgrad::cpu {
 template <typename F>
 void dispatch_all(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: f.template operator()<float>(); return;
-    case DType::Float64: f.template operator()<double>(); return;
-    case DType::Int64: f.template operator()<int64_t>(); return;
-    case DType::Bool: f.template operator()<bool>(); return;
+    case DType::Float32:
+      f.template operator()<float>();
+      return;
+    case DType::Float64:
+      f.template operator()<double>();
+      return;
+    case DType::Int64:
+      f.template operator()<int64_t>();
+      return;
+    case DType::Bool:
+      f.template operator()<bool>();
+      return;
   }
 }
 
@@ -52,17 +59,17 @@ void dispatch_numeric(DType t, const char* op, F&& f) {
 // a million simple element-operations in that time.
 inline constexpr int64_t kParallelGrain = int64_t(1) << 20;
 
-// f(begin, end) over [0, n), in parallel chunks when `work` (≈ elements touched) is large.
+// f(begin, end) over [0, n), in parallel chunks when `work` (≈ elements touched) is
+// large. A few chunks per thread let a thread that starts late take fewer.
 template <typename F>
 void parallel_for(int64_t n, int64_t work, F&& f) {
   int threads = get_num_threads();
-  if (threads <= 1 || work < kParallelGrain || n < 2 || omp_in_parallel()) {
+  if (threads <= 1 || work < kParallelGrain || n < 2 || in_parallel_region()) {
     f(int64_t(0), n);
     return;
   }
-  int64_t chunks = std::min<int64_t>(n, threads);
-#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) f(n * c / chunks, n * (c + 1) / chunks);
+  int64_t chunks = std::min<int64_t>(n, int64_t(threads) * 4);
+  parallel_chunks(chunks, threads, [&](int64_t c) { f(n * c / chunks, n * (c + 1) / chunks); });
 }
 
 // The loop structure of N operands that share one shape.
