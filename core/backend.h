@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 
+#include "ringgrad/core/op_kinds.h"
 #include "ringgrad/core/ops.h"
 #include "ringgrad/core/tensor.h"
 
@@ -35,48 +36,7 @@ struct TensorRef {
 TensorRef ref(const Tensor& t);
 TensorRef ref(const Tensor& t, const Shape& as_shape);
 
-enum class UnaryOp {
-  Neg,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Tanh,
-  Sigmoid,
-  Relu,
-  GeluErf,
-  GeluTanh,
-  Abs,
-  Clamp,
-  PowScalar
-};
-
-enum class BinaryOp {
-  Add,
-  Sub,
-  Mul,
-  Div,
-  Pow,
-  Maximum,
-  Minimum,
-  Eq,
-  Ne,
-  Lt,
-  Le,
-  Gt,
-  Ge,  // produce bool
-  // fused backward kernels: (grad, saved) -> grad_input
-  ReluBackward,      // (g, x):  g * (x > 0)
-  GeluErfBackward,   // (g, x):  g * gelu'(x)
-  GeluTanhBackward,  // (g, x):  g * gelu_tanh'(x)
-  SigmoidBackward,   // (g, y):  g * y * (1 - y)
-  TanhBackward,      // (g, y):  g * (1 - y²)
-  AbsBackward,       // (g, x):  g * sign(x)
-};
-
-enum class ReduceOp { Sum, Max, Min, LogSumExp, ArgMax, ArgMin };
-
-enum class RandomDist { Uniform, Normal, Integer };
+// UnaryOp, BinaryOp, ReduceOp, RandomDist: see op_kinds.h.
 
 // out(b) = a(b) · b(b) for b < batch; a is (m,k), b is (k,n), c is (m,n) row-major
 // contiguous. Each of a and b is either row-major (col stride 1) or column-major

@@ -7,6 +7,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+
+#include "ringgrad/core/op_kinds.h"
 
 #if defined(__CUDACC__)
 #define RG_HD __host__ __device__ __forceinline__
@@ -79,6 +82,85 @@ RG_HD T minimum(T a, T b) {
   return (a != a || a < b) ? a : b;
 }
 
+// ---- every elementwise op by kind (what the backends' loops instantiate) ----
+// p0, p1: Clamp's (min, max), PowScalar's exponent.
+template <UnaryOp Op, typename T>
+RG_HD T apply_unary(T x, T p0, T p1) {
+  if constexpr (Op == UnaryOp::Neg)
+    return T(-x);
+  else if constexpr (Op == UnaryOp::Abs)
+    return x < T(0) ? T(-x) : x;
+  else if constexpr (Op == UnaryOp::Clamp)
+    return clamp(x, p0, p1);
+  else if constexpr (!std::is_floating_point_v<T>)
+    return x;  // not instantiated for ints
+  else if constexpr (Op == UnaryOp::Exp)
+    return std::exp(x);
+  else if constexpr (Op == UnaryOp::Log)
+    return std::log(x);
+  else if constexpr (Op == UnaryOp::Sqrt)
+    return std::sqrt(x);
+  else if constexpr (Op == UnaryOp::Rsqrt)
+    return rsqrt(x);
+  else if constexpr (Op == UnaryOp::Tanh)
+    return std::tanh(x);
+  else if constexpr (Op == UnaryOp::Sigmoid)
+    return sigmoid(x);
+  else if constexpr (Op == UnaryOp::Relu)
+    return relu(x);
+  else if constexpr (Op == UnaryOp::GeluErf)
+    return gelu_erf(x);
+  else if constexpr (Op == UnaryOp::GeluTanh)
+    return gelu_tanh(x);
+  else
+    return p0 == T(2) ? x * x : std::pow(x, p0);  // PowScalar
+}
+
+// Comparisons return bool; everything else T.
+template <BinaryOp Op, typename T>
+RG_HD auto apply_binary(T a, T b) {
+  if constexpr (Op == BinaryOp::Eq)
+    return a == b;
+  else if constexpr (Op == BinaryOp::Ne)
+    return a != b;
+  else if constexpr (Op == BinaryOp::Lt)
+    return a < b;
+  else if constexpr (Op == BinaryOp::Le)
+    return a <= b;
+  else if constexpr (Op == BinaryOp::Gt)
+    return a > b;
+  else if constexpr (Op == BinaryOp::Ge)
+    return a >= b;
+  else if constexpr (Op == BinaryOp::Add)
+    return T(a + b);
+  else if constexpr (Op == BinaryOp::Sub)
+    return T(a - b);
+  else if constexpr (Op == BinaryOp::Mul)
+    return T(a * b);
+  else if constexpr (Op == BinaryOp::Maximum)
+    return maximum(a, b);
+  else if constexpr (Op == BinaryOp::Minimum)
+    return minimum(a, b);
+  else if constexpr (!std::is_floating_point_v<T>)
+    return a;  // not instantiated for ints
+  else if constexpr (Op == BinaryOp::Div)
+    return a / b;
+  else if constexpr (Op == BinaryOp::Pow)
+    return std::pow(a, b);
+  else if constexpr (Op == BinaryOp::ReluBackward)
+    return b > T(0) ? a : T(0);
+  else if constexpr (Op == BinaryOp::GeluErfBackward)
+    return a * gelu_erf_grad(b);
+  else if constexpr (Op == BinaryOp::GeluTanhBackward)
+    return a * gelu_tanh_grad(b);
+  else if constexpr (Op == BinaryOp::SigmoidBackward)
+    return a * b * (T(1) - b);
+  else if constexpr (Op == BinaryOp::TanhBackward)
+    return a * (T(1) - b * b);
+  else
+    return a * sign(b);  // AbsBackward
+}
+
 // ---- reductions ----
 // log(exp(a) + exp(b)) without overflow.
 template <typename T>
@@ -94,8 +176,10 @@ RG_HD T log_add_exp(T a, T b) {
 template <typename T>
 RG_HD void adam_update(T& p, T g, T& m, T& v, T lr, T beta1, T beta2, T eps, T weight_decay,
                        T step_size, T inv_bc2_sqrt, bool decoupled) {
-  if (decoupled) p -= lr * weight_decay * p;  // AdamW: decay the weight itself
-  else g += weight_decay * p;                 // Adam: L2 penalty folded into the gradient
+  if (decoupled)
+    p -= lr * weight_decay * p;  // AdamW: decay the weight itself
+  else
+    g += weight_decay * p;  // Adam: L2 penalty folded into the gradient
   m = beta1 * m + (T(1) - beta1) * g;
   v = beta2 * v + (T(1) - beta2) * g * g;
   p -= step_size * m / (std::sqrt(v) * inv_bc2_sqrt + eps);

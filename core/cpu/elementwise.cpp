@@ -67,152 +67,30 @@ void CpuBackend::copy(const TensorRef& src, const TensorRef& dst) {
 
 void CpuBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, double p0,
                        double p1) {
-  if (op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Clamp) {
-    dispatch_numeric(in.dtype, "unary", [&]<typename T>() {
-      switch (op) {
-        case UnaryOp::Neg:
-          map1<T, T>(in, out, [](T x) { return T(-x); });
-          break;
-        case UnaryOp::Abs:
-          map1<T, T>(in, out, [](T x) { return x < T(0) ? T(-x) : x; });
-          break;
-        default: {
-          const T lo = static_cast<T>(p0), hi = static_cast<T>(p1);
-          map1<T, T>(in, out, [=](T x) { return math::clamp(x, lo, hi); });
-        }
-      }
-    });
-    return;
-  }
-  dispatch_floating(in.dtype, "unary", [&]<typename T>() {
-    switch (op) {
-      case UnaryOp::Exp:
-        map1<T, T>(in, out, [](T x) { return std::exp(x); });
-        break;
-      case UnaryOp::Log:
-        map1<T, T>(in, out, [](T x) { return std::log(x); });
-        break;
-      case UnaryOp::Sqrt:
-        map1<T, T>(in, out, [](T x) { return std::sqrt(x); });
-        break;
-      case UnaryOp::Rsqrt:
-        map1<T, T>(in, out, [](T x) { return math::rsqrt(x); });
-        break;
-      case UnaryOp::Tanh:
-        map1<T, T>(in, out, [](T x) { return std::tanh(x); });
-        break;
-      case UnaryOp::Sigmoid:
-        map1<T, T>(in, out, [](T x) { return math::sigmoid(x); });
-        break;
-      case UnaryOp::Relu:
-        map1<T, T>(in, out, [](T x) { return math::relu(x); });
-        break;
-      case UnaryOp::GeluErf:
-        map1<T, T>(in, out, [](T x) { return math::gelu_erf(x); });
-        break;
-      case UnaryOp::GeluTanh:
-        map1<T, T>(in, out, [](T x) { return math::gelu_tanh(x); });
-        break;
-      case UnaryOp::PowScalar: {
-        const T e = static_cast<T>(p0);
-        if (e == T(2))
-          map1<T, T>(in, out, [](T x) { return x * x; });
-        else
-          map1<T, T>(in, out, [=](T x) { return std::pow(x, e); });
-        break;
-      }
-      default:
-        RG_ASSERT(false);
-    }
+  dispatch_unary(op, [&]<UnaryOp Op>() {
+    auto run = [&]<typename T>() {
+      const T a = static_cast<T>(p0), b = static_cast<T>(p1);
+      map1<T, T>(in, out, [=](T x) { return math::apply_unary<Op>(x, a, b); });
+    };
+    if constexpr (works_on_integers(Op))
+      dispatch_numeric(in.dtype, "unary", run);
+    else
+      dispatch_floating(in.dtype, "unary", run);
   });
 }
 
 void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
-  switch (op) {
-    case BinaryOp::Eq:
-    case BinaryOp::Ne:
-    case BinaryOp::Lt:
-    case BinaryOp::Le:
-    case BinaryOp::Gt:
-    case BinaryOp::Ge:
-      dispatch_all(a.dtype, [&]<typename T>() {
-        switch (op) {
-          case BinaryOp::Eq:
-            map2<T, bool>(a, b, out, [](T x, T y) { return x == y; });
-            break;
-          case BinaryOp::Ne:
-            map2<T, bool>(a, b, out, [](T x, T y) { return x != y; });
-            break;
-          case BinaryOp::Lt:
-            map2<T, bool>(a, b, out, [](T x, T y) { return x < y; });
-            break;
-          case BinaryOp::Le:
-            map2<T, bool>(a, b, out, [](T x, T y) { return x <= y; });
-            break;
-          case BinaryOp::Gt:
-            map2<T, bool>(a, b, out, [](T x, T y) { return x > y; });
-            break;
-          default:
-            map2<T, bool>(a, b, out, [](T x, T y) { return x >= y; });
-        }
-      });
-      return;
-    case BinaryOp::Add:
-    case BinaryOp::Sub:
-    case BinaryOp::Mul:
-    case BinaryOp::Maximum:
-    case BinaryOp::Minimum:
-      dispatch_numeric(a.dtype, "binary", [&]<typename T>() {
-        switch (op) {
-          case BinaryOp::Add:
-            map2<T, T>(a, b, out, [](T x, T y) { return T(x + y); });
-            break;
-          case BinaryOp::Sub:
-            map2<T, T>(a, b, out, [](T x, T y) { return T(x - y); });
-            break;
-          case BinaryOp::Mul:
-            map2<T, T>(a, b, out, [](T x, T y) { return T(x * y); });
-            break;
-          case BinaryOp::Maximum:
-            map2<T, T>(a, b, out, math::maximum<T>);
-            break;
-          default:
-            map2<T, T>(a, b, out, math::minimum<T>);
-        }
-      });
-      return;
-    default:
-      break;
-  }
-  dispatch_floating(a.dtype, "binary", [&]<typename T>() {
-    switch (op) {
-      case BinaryOp::Div:
-        map2<T, T>(a, b, out, [](T x, T y) { return x / y; });
-        break;
-      case BinaryOp::Pow:
-        map2<T, T>(a, b, out, [](T x, T y) { return std::pow(x, y); });
-        break;
-      case BinaryOp::ReluBackward:
-        map2<T, T>(a, b, out, [](T g, T x) { return x > T(0) ? g : T(0); });
-        break;
-      case BinaryOp::GeluErfBackward:
-        map2<T, T>(a, b, out, [](T g, T x) { return g * math::gelu_erf_grad(x); });
-        break;
-      case BinaryOp::GeluTanhBackward:
-        map2<T, T>(a, b, out, [](T g, T x) { return g * math::gelu_tanh_grad(x); });
-        break;
-      case BinaryOp::SigmoidBackward:
-        map2<T, T>(a, b, out, [](T g, T y) { return g * y * (T(1) - y); });
-        break;
-      case BinaryOp::TanhBackward:
-        map2<T, T>(a, b, out, [](T g, T y) { return g * (T(1) - y * y); });
-        break;
-      case BinaryOp::AbsBackward:
-        map2<T, T>(a, b, out, [](T g, T x) { return g * math::sign(x); });
-        break;
-      default:
-        RG_ASSERT(false);
-    }
+  dispatch_binary(op, [&]<BinaryOp Op>() {
+    auto run = [&]<typename T>() {
+      using Out = decltype(math::apply_binary<Op>(T(), T()));
+      map2<T, Out>(a, b, out, [](T x, T y) { return math::apply_binary<Op>(x, y); });
+    };
+    if constexpr (is_comparison(Op))
+      dispatch_all(a.dtype, run);
+    else if constexpr (works_on_integers(Op))
+      dispatch_numeric(a.dtype, "binary", run);
+    else
+      dispatch_floating(a.dtype, "binary", run);
   });
 }
 

@@ -1,0 +1,95 @@
+// common.cuh — what every CUDA source of the backend shares (internal).
+//
+// Error checks that name the call and file:line, the device's compute stream,
+// and StridedView: a TensorRef in the form a kernel takes by value, with the
+// index arithmetic that turns an element number into a strided offset.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ringgrad/core/backend.h"
+#include "ringgrad/core/kernel_math.h"
+
+namespace ringgrad::cuda {
+
+#define RG_CUDA_CHECK(call)                                                                \
+  do {                                                                                     \
+    cudaError_t err_ = (call);                                                             \
+    if (err_ != cudaSuccess)                                                               \
+      throw ::ringgrad::Error(::ringgrad::detail::concat(#call, " failed: ",               \
+                                                         cudaGetErrorString(err_), " at ", \
+                                                         __FILE__, ":", __LINE__));        \
+  } while (0)
+
+#define RG_CUBLAS_CHECK(call)                                                                \
+  do {                                                                                       \
+    cublasStatus_t st_ = (call);                                                             \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                        \
+      throw ::ringgrad::Error(::ringgrad::detail::concat(#call, " failed: ",                 \
+                                                         cublasGetStatusString(st_), " at ", \
+                                                         __FILE__, ":", __LINE__));          \
+  } while (0)
+
+// After a kernel launch: a bad configuration shows up here, not later.
+#define RG_CUDA_CHECK_LAUNCH() RG_CUDA_CHECK(cudaGetLastError())
+
+// The stream every op of this device runs on (one per device: ops are ordered
+// without any synchronisation between them).
+cudaStream_t compute_stream();
+cublasHandle_t cublas_handle();
+
+// A strided operand as a kernel sees it (passed by value).
+struct StridedView {
+  char* data;
+  int ndim;
+  int64_t shape[kMaxDims];
+  int64_t strides[kMaxDims];  // in elements
+  int elem_size;
+
+  // Offset (in elements) of element `linear` of the row-major iteration over shape.
+  RG_HD int64_t offset(int64_t linear) const {
+    int64_t off = 0;
+    for (int d = ndim - 1; d >= 0; --d) {
+      int64_t i = linear % shape[d];
+      linear /= shape[d];
+      off += i * strides[d];
+    }
+    return off;
+  }
+  template <typename T>
+  RG_HD T& at(int64_t linear) const {
+    return reinterpret_cast<T*>(data)[offset(linear)];
+  }
+};
+
+inline StridedView view(const TensorRef& r) {
+  StridedView v{};
+  v.data = static_cast<char*>(r.data);
+  v.ndim = r.ndim;
+  for (int i = 0; i < r.ndim; ++i) v.shape[i] = r.shape[i], v.strides[i] = r.strides[i];
+  v.elem_size = static_cast<int>(element_size(r.dtype));
+  return v;
+}
+
+// Threads per block and blocks for n elements with a grid-stride loop.
+inline constexpr int kBlock = 256;
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
+}
+
+// Host-side dtype dispatch (the same shape as core/cpu/loops.h).
+template <typename F>
+void dispatch_all(DType t, F&& f) {
+  switch (t) {
+    case DType::Float32: f.template operator()<float>(); return;
+    case DType::Float64: f.template operator()<double>(); return;
+    case DType::Int64: f.template operator()<int64_t>(); return;
+    case DType::Bool: f.template operator()<bool>(); return;
+  }
+}
+
+}  // namespace ringgrad::cuda
