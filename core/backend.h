@@ -128,6 +128,7 @@ Backend& backend();
 }
 namespace cuda {
 Backend& backend(const char* op);  // core/cuda (or its stub)
+void release_cached_memory();      // the caching allocator's free blocks back to the driver
 }
 
 }  // namespace ringgrad

@@ -19,6 +19,8 @@ struct Device {
   static constexpr Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
   // "cpu", "cuda", "cuda:N"; anything else throws ringgrad::Error.
   static Device parse(const std::string& text);
+  // parse(), plus "auto": cuda:0 when a GPU is present, else cpu.
+  static Device resolve(const std::string& text);
 
   bool is_cpu() const { return type == DeviceType::CPU; }
   bool is_cuda() const { return type == DeviceType::CUDA; }
@@ -38,6 +40,12 @@ int device_count();
 inline bool is_available() { return device_count() > 0; }
 // Whether this build has the CUDA backend at all (RINGGRAD_CUDA found a toolkit).
 bool is_built();
+// Wait until all queued GPU work has finished (a no-op without CUDA). Ops are
+// asynchronous: time GPU work only after this.
+void synchronize();
+// Let float32 matmuls use TF32 tensor cores (10-bit mantissa inputs, float32
+// accumulation): much faster, less exact. Off by default, as in PyTorch.
+void set_allow_tf32(bool allow);
 }  // namespace cuda
 
 }  // namespace ringgrad

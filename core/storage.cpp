@@ -42,6 +42,7 @@ MemoryStats memory_stats(Device device) {
 
 void empty_cache(Device device) {
   if (device.is_cpu()) cpu::release_cached_memory();
+  else cuda::release_cached_memory();
 }
 
 void reset_peak_memory(Device device) {

@@ -6,6 +6,7 @@
 //
 //   build/bin/mnist_mlp [--epochs 5] [--batch-size 64] [--lr 1e-3] [--seed 0]
 //                       [--threads N] [--data DIR] [--save PATH] [--resume PATH]
+//                       [--device cpu|cuda|auto]
 //
 // Prints progress within each epoch, train loss and test accuracy per epoch,
 // and ends with: RESULT example=mnist_mlp epochs=E test_acc=… samples_per_s=…
@@ -23,19 +24,20 @@
 namespace rg = ringgrad;
 
 // Fraction of `data` that the model classifies correctly.
-static double accuracy(SimpleModel& model, const rg::data::Dataset& data) {
+static double accuracy(SimpleModel& model, const rg::data::Dataset& data, rg::Device device) {
   rg::NoGradGuard no_grad;
   model.eval();
   rg::data::DataLoader loader(data, {.batch_size = 1000});
   int64_t correct = 0;
-  for (auto& [x, y] : loader) correct += (model(x).argmax(1) == y).sum().item<int64_t>();
+  for (auto& [x, y] : loader)
+    correct += (model(x.to(device)).argmax(1) == y.to(device)).sum().item<int64_t>();
   model.train();
   return static_cast<double>(correct) / static_cast<double>(data.size());
 }
 
 int main(int argc, char** argv) {
   CLI::App app{"Train the article's SimpleModel (784-256-10 MLP) on MNIST-format data"};
-  std::string data_dir = rg::data::kDefaultMnistDir, save_path, resume_path;
+  std::string data_dir = rg::data::kDefaultMnistDir, save_path, resume_path, device_name = "auto";
   int epochs = 5, threads = 0;
   int64_t batch_size = 64;
   double lr = 1e-3;
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "Adam learning rate")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed for initialisation and shuffling");
   app.add_option("--threads", threads, "CPU threads (default: RINGGRAD_NUM_THREADS or all cores)");
+  app.add_option("--device", device_name, "cpu, cuda, cuda:N or auto (CUDA when a GPU is present)");
   app.add_option("--save", save_path, "write model and optimizer checkpoints to PATH(.optim)");
   app.add_option("--resume", resume_path, "start from the checkpoint at PATH");
   CLI11_PARSE(app, argc, argv);
@@ -57,7 +60,9 @@ int main(int argc, char** argv) {
     rg::data::MNIST test(data_dir, rg::data::Split::Test);
     rg::data::DataLoader loader(train, {.batch_size = batch_size, .shuffle = true, .seed = seed});
 
+    rg::Device device = rg::Device::resolve(device_name);
     SimpleModel model;
+    model.to(device);  // before the optimizer: its state is created next to the parameters
     rg::optim::Adam opt(model.parameters(), {.lr = lr});
     if (!resume_path.empty()) {
       rg::nn::load(model, resume_path);
@@ -65,8 +70,8 @@ int main(int argc, char** argv) {
       std::printf("resumed from %s (%lld optimizer steps)\n", resume_path.c_str(),
                   static_cast<long long>(opt.steps()));
     }
-    std::printf("model: %lld parameters, %lld train / %lld test samples, %d thread(s)\n",
-                static_cast<long long>(model.num_parameters()),
+    std::printf("model: %lld parameters on %s, %lld train / %lld test samples, %d thread(s)\n",
+                static_cast<long long>(model.num_parameters()), device.str().c_str(),
                 static_cast<long long>(train.size()), static_cast<long long>(test.size()),
                 rg::get_num_threads());
 
@@ -80,7 +85,7 @@ int main(int argc, char** argv) {
       int64_t step = 0, steps = loader.size();
       for (auto& [x, y] : loader) {
         opt.zero_grad();
-        rg::Tensor loss = rg::nn::cross_entropy(model(x), y);
+        rg::Tensor loss = rg::nn::cross_entropy(model(x.to(device)), y.to(device));
         loss.backward();
         opt.step();
         loss_sum += loss.item();
@@ -98,7 +103,8 @@ int main(int argc, char** argv) {
       }
       train_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      test_acc = accuracy(model, test);
+      rg::cuda::synchronize();  // GPU work is asynchronous: finish it before reading the clock
+      test_acc = accuracy(model, test, device);
       std::printf("%s[Epoch %d] train loss %.4f  test acc %.4f\n", tty ? "\r" : "", epoch + 1,
                   loss_sum / static_cast<double>(loader.size()), test_acc);
     }

@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "ringgrad/core/backend.h"
@@ -19,18 +20,16 @@ namespace ringgrad::cuda {
   do {                                                                                     \
     cudaError_t err_ = (call);                                                             \
     if (err_ != cudaSuccess)                                                               \
-      throw ::ringgrad::Error(::ringgrad::detail::concat(#call, " failed: ",               \
-                                                         cudaGetErrorString(err_), " at ", \
-                                                         __FILE__, ":", __LINE__));        \
+      throw ::ringgrad::Error(::ringgrad::detail::concat(                                  \
+          #call, " failed: ", cudaGetErrorString(err_), " at ", __FILE__, ":", __LINE__)); \
   } while (0)
 
 #define RG_CUBLAS_CHECK(call)                                                                \
   do {                                                                                       \
     cublasStatus_t st_ = (call);                                                             \
     if (st_ != CUBLAS_STATUS_SUCCESS)                                                        \
-      throw ::ringgrad::Error(::ringgrad::detail::concat(#call, " failed: ",                 \
-                                                         cublasGetStatusString(st_), " at ", \
-                                                         __FILE__, ":", __LINE__));          \
+      throw ::ringgrad::Error(::ringgrad::detail::concat(                                    \
+          #call, " failed: ", cublasGetStatusString(st_), " at ", __FILE__, ":", __LINE__)); \
   } while (0)
 
 // After a kernel launch: a bad configuration shows up here, not later.
@@ -48,9 +47,11 @@ struct StridedView {
   int64_t shape[kMaxDims];
   int64_t strides[kMaxDims];  // in elements
   int elem_size;
+  bool contiguous;  // offset(i) == i: kernels skip the index arithmetic
 
   // Offset (in elements) of element `linear` of the row-major iteration over shape.
   RG_HD int64_t offset(int64_t linear) const {
+    if (contiguous) return linear;
     int64_t off = 0;
     for (int d = ndim - 1; d >= 0; --d) {
       int64_t i = linear % shape[d];
@@ -71,6 +72,12 @@ inline StridedView view(const TensorRef& r) {
   v.ndim = r.ndim;
   for (int i = 0; i < r.ndim; ++i) v.shape[i] = r.shape[i], v.strides[i] = r.strides[i];
   v.elem_size = static_cast<int>(element_size(r.dtype));
+  int64_t expected = 1;
+  v.contiguous = true;
+  for (int i = r.ndim - 1; i >= 0; --i) {
+    if (r.shape[i] != 1 && r.strides[i] != expected) v.contiguous = false;
+    expected *= r.shape[i];
+  }
   return v;
 }
 
@@ -85,11 +92,49 @@ inline unsigned blocks_for(int64_t n) {
 template <typename F>
 void dispatch_all(DType t, F&& f) {
   switch (t) {
-    case DType::Float32: f.template operator()<float>(); return;
-    case DType::Float64: f.template operator()<double>(); return;
-    case DType::Int64: f.template operator()<int64_t>(); return;
-    case DType::Bool: f.template operator()<bool>(); return;
+    case DType::Float32:
+      f.template operator()<float>();
+      return;
+    case DType::Float64:
+      f.template operator()<double>();
+      return;
+    case DType::Int64:
+      f.template operator()<int64_t>();
+      return;
+    case DType::Bool:
+      f.template operator()<bool>();
+      return;
   }
 }
+
+template <typename F>
+void dispatch_floating(DType t, const char* op, F&& f) {
+  RG_CHECK(is_floating(t), op, "expected a floating dtype (float32 or float64), got ", t);
+  if (t == DType::Float32)
+    f.template operator()<float>();
+  else
+    f.template operator()<double>();
+}
+
+template <typename F>
+void dispatch_numeric(DType t, const char* op, F&& f) {
+  RG_CHECK(t != DType::Bool, op, "expected a numeric dtype (float32, float64 or int64), got ", t);
+  if (t == DType::Float32)
+    f.template operator()<float>();
+  else if (t == DType::Float64)
+    f.template operator()<double>();
+  else
+    f.template operator()<int64_t>();
+}
+
+// Index of this thread in a 1-D grid, and the grid's stride.
+#define RG_GRID_LOOP(i, n)                                                  \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+// Copy int64 indices to the host and check them: a kernel cannot throw, and a
+// bad class label or token id must be an error, not a wild write.
+void check_indices_on_host(const TensorRef& index, int64_t count, int64_t limit, const char* op,
+                           bool allow_negative = true, int64_t ignore_value = INT64_MIN);
 
 }  // namespace ringgrad::cuda

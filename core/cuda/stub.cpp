@@ -8,6 +8,9 @@ namespace ringgrad {
 
 int cuda::device_count() { return 0; }
 bool cuda::is_built() { return false; }
+void cuda::synchronize() {}
+void cuda::set_allow_tf32(bool) {}
+void cuda::release_cached_memory() {}
 
 Backend& cuda::backend(const char* op) {
   fail(op,

@@ -1,0 +1,64 @@
+// cuda_backend.cuh — the CUDA implementation of Backend (internal).
+//
+// Grid-stride kernels over strided views (common.cuh) for elementwise work,
+// one thread per output row for reductions, cuBLAS for GEMM, atomics for the
+// adding index ops, all on one compute stream per process. Every kernel
+// instantiates the same math as the CPU (kernel_math.h); tests compare each
+// op with the CPU result wherever a GPU is present.
+#pragma once
+
+#include "ringgrad/core/cuda/common.cuh"
+
+namespace ringgrad::cuda {
+
+bool tf32_allowed();  // runtime.cu
+
+class CudaBackend final : public Backend {
+ public:
+  // memory and copies: runtime.cu; elementwise: elementwise.cu; reductions,
+  // softmax, cross-entropy: reduce.cu; GEMM: gemm.cu; index ops and Adam: index.cu
+  void* allocate(size_t nbytes) override;
+  void deallocate(void* ptr, size_t nbytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
+  void copy_from_host(void* dst, const void* host_src, size_t nbytes) override;
+
+  void fill(const TensorRef& out, double value) override;
+  void copy(const TensorRef& src, const TensorRef& dst) override;
+  void unary(UnaryOp op, const TensorRef& in, const TensorRef& out, double p0, double p1) override;
+  void binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
+  void where(const TensorRef& cond, const TensorRef& a, const TensorRef& b,
+             const TensorRef& out) override;
+  void arange(const TensorRef& out, double start, double step) override;
+  void random(const TensorRef& out, RandomDist dist, uint64_t seed, uint64_t offset, double p0,
+              double p1) override;
+
+  void reduce(ReduceOp op, const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
+              int64_t inner) override;
+  void softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r, int64_t inner,
+               bool log) override;
+  void softmax_backward(const TensorRef& g, const TensorRef& y, const TensorRef& out, int64_t outer,
+                        int64_t r, int64_t inner, bool log) override;
+
+  void gemm(const GemmArgs& args) override;
+
+  void adam_step(const TensorRef& p, const TensorRef& g, const TensorRef& m, const TensorRef& v,
+                 const AdamStep& h) override;
+  void cross_entropy(const TensorRef& logits, const TensorRef& target, const TensorRef& loss,
+                     const TensorRef& lse, int64_t n, int64_t c, double smoothing,
+                     int64_t ignore_index) override;
+  void cross_entropy_backward(const TensorRef& grad_loss, const TensorRef& logits,
+                              const TensorRef& target, const TensorRef& lse,
+                              const TensorRef& grad_logits, int64_t n, int64_t c, double smoothing,
+                              int64_t ignore_index) override;
+
+  void index_select(const TensorRef& in, const TensorRef& index, const TensorRef& out,
+                    int64_t outer, int64_t d, int64_t n, int64_t inner) override;
+  void index_add(const TensorRef& out, const TensorRef& index, const TensorRef& src, int64_t outer,
+                 int64_t d, int64_t n, int64_t inner) override;
+  void gather(const TensorRef& in, const TensorRef& index, const TensorRef& out, int64_t outer,
+              int64_t d, int64_t n, int64_t inner) override;
+  void scatter_add(const TensorRef& out, const TensorRef& index, const TensorRef& src,
+                   int64_t outer, int64_t d, int64_t n, int64_t inner) override;
+};
+
+}  // namespace ringgrad::cuda

@@ -1,0 +1,49 @@
+// gemm.cu — matmul through cuBLAS, transposes as flags, one strided-batched call.
+//
+// cuBLAS is column-major and our tensors are row-major. A row-major C (m×n) is
+// the column-major matrix Cᵀ (n×m), and Cᵀ = Bᵀ·Aᵀ, so we ask cuBLAS for
+// Bᵀ·Aᵀ: a row-major operand is already its own transpose in column-major
+// terms (op N, leading dimension = its row stride), and a column-major operand
+// (a transposed view) needs op T with its column stride. No operand is copied.
+#include "ringgrad/core/cuda/cuda_backend.h"
+
+namespace ringgrad::cuda {
+
+void CudaBackend::gemm(const GemmArgs& g) {
+  if (g.m == 0 || g.n == 0) return;
+  const bool b_row_major = g.b_col_stride == 1;
+  const bool a_row_major = g.a_col_stride == 1;
+  cublasOperation_t op_b = b_row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
+  cublasOperation_t op_a = a_row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
+  int64_t ld_b = b_row_major ? g.b_row_stride : g.b_col_stride;
+  int64_t ld_a = a_row_major ? g.a_row_stride : g.a_col_stride;
+  // cuBLAS wants ld >= rows of the stored matrix even when a dim is 1.
+  ld_b = std::max<int64_t>(ld_b, b_row_major ? g.n : g.k);
+  ld_a = std::max<int64_t>(ld_a, a_row_major ? g.k : g.m);
+  ld_b = std::max<int64_t>(ld_b, 1);
+  ld_a = std::max<int64_t>(ld_a, 1);
+
+  cudaDataType_t type;
+  cublasComputeType_t compute;
+  double alpha_d = 1.0, beta_d = 0.0;
+  float alpha_f = 1.0f, beta_f = 0.0f;
+  const void *alpha, *beta;
+  if (g.dtype == DType::Float32) {
+    type = CUDA_R_32F;
+    compute = tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    alpha = &alpha_f, beta = &beta_f;
+  } else {
+    RG_CHECK(g.dtype == DType::Float64, "matmul", "expected float32 or float64, got ", g.dtype);
+    type = CUDA_R_64F;
+    compute = CUBLAS_COMPUTE_64F;
+    alpha = &alpha_d, beta = &beta_d;
+  }
+  // k == 0 is a valid product (all zeros): cuBLAS then only scales C by beta = 0.
+  RG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      cublas_handle(), op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),
+      static_cast<int>(g.k), alpha, g.b, type, static_cast<int>(ld_b), g.b_batch_stride, g.a, type,
+      static_cast<int>(ld_a), g.a_batch_stride, beta, g.c, type, static_cast<int>(g.n),
+      g.c_batch_stride, static_cast<int>(g.batch), compute, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace ringgrad::cuda

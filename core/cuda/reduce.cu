@@ -1,0 +1,226 @@
+// reduce.cu — CUDA reductions, softmax and cross-entropy over [outer, r, inner] blocks.
+//
+// One thread per output element walks its r inputs (stride `inner`): simple
+// and exact, and enough for the row sizes of the examples (class counts,
+// sequence lengths). A block-cooperative version for very long rows is the
+// obvious next step once a GPU can measure it.
+#include <cfloat>
+
+#include "ringgrad/core/cuda/cuda_backend.h"
+
+namespace ringgrad::cuda {
+namespace {
+
+template <typename T>
+struct Acc {
+  using type = T;
+};
+template <>
+struct Acc<float> {
+  using type = double;
+};  // float sums in double, as on the CPU
+
+template <typename T>
+__device__ T lowest() {
+  if constexpr (std::is_floating_point_v<T>)
+    return -INFINITY;
+  else
+    return INT64_MIN;
+}
+template <typename T>
+__device__ T highest() {
+  if constexpr (std::is_floating_point_v<T>)
+    return INFINITY;
+  else
+    return INT64_MAX;
+}
+
+template <typename T, typename Out>
+__global__ void reduce_kernel(ReduceOp op, const T* in, Out* out, int64_t outer, int64_t r,
+                              int64_t inner) {
+  RG_GRID_LOOP(oj, outer * inner) {
+    const T* x = in + (oj / inner) * r * inner + oj % inner;
+    if (op == ReduceOp::Sum) {
+      typename Acc<T>::type s = 0;
+      for (int64_t k = 0; k < r; ++k) s += x[k * inner];
+      out[oj] = static_cast<Out>(s);
+    } else if (op == ReduceOp::Max || op == ReduceOp::Min) {
+      T m = op == ReduceOp::Max ? lowest<T>() : highest<T>();
+      for (int64_t k = 0; k < r; ++k)
+        m = op == ReduceOp::Max ? math::maximum(m, x[k * inner]) : math::minimum(m, x[k * inner]);
+      out[oj] = static_cast<Out>(m);
+    } else if (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin) {
+      int64_t best = 0;
+      T bv = x[0];
+      for (int64_t k = 1; k < r && bv == bv; ++k) {
+        T v = x[k * inner];
+        if (v != v || (op == ReduceOp::ArgMax ? v > bv : v < bv)) bv = v, best = k;
+      }
+      out[oj] = static_cast<Out>(best);
+    } else {  // LogSumExp
+      if constexpr (std::is_floating_point_v<T>) {
+        T m = -INFINITY;
+        for (int64_t k = 0; k < r; ++k) m = math::maximum(m, x[k * inner]);
+        if (std::isinf(m)) {
+          out[oj] = static_cast<Out>(m);
+          continue;
+        }
+        double s = 0;
+        for (int64_t k = 0; k < r; ++k) s += std::exp(double(x[k * inner] - m));
+        out[oj] = static_cast<Out>(m + std::log(s));
+      }
+    }
+  }
+}
+
+__global__ void count_true_kernel(const bool* in, int64_t* out, int64_t outer, int64_t r,
+                                  int64_t inner) {
+  RG_GRID_LOOP(oj, outer * inner) {
+    const bool* x = in + (oj / inner) * r * inner + oj % inner;
+    int64_t s = 0;
+    for (int64_t k = 0; k < r; ++k) s += x[k * inner];
+    out[oj] = s;
+  }
+}
+
+template <typename T>
+__global__ void softmax_kernel(const T* in, T* out, int64_t outer, int64_t r, int64_t inner,
+                               bool log_form) {
+  RG_GRID_LOOP(oj, outer * inner) {
+    int64_t base = (oj / inner) * r * inner + oj % inner;
+    const T* x = in + base;
+    T* y = out + base;
+    T m = -INFINITY;
+    for (int64_t k = 0; k < r; ++k) m = math::maximum(m, x[k * inner]);
+    if (std::isinf(m) && m < 0) m = 0;  // an all -inf row: zeros, not NaN
+    T s = 0;
+    for (int64_t k = 0; k < r; ++k) s += std::exp(x[k * inner] - m);
+    T ls = m + std::log(s);
+    for (int64_t k = 0; k < r; ++k)
+      y[k * inner] = log_form ? x[k * inner] - ls : std::exp(x[k * inner] - ls);
+  }
+}
+
+template <typename T>
+__global__ void softmax_backward_kernel(const T* g, const T* y, T* dx, int64_t outer, int64_t r,
+                                        int64_t inner, bool log_form) {
+  RG_GRID_LOOP(oj, outer * inner) {
+    int64_t base = (oj / inner) * r * inner + oj % inner;
+    T s = 0;
+    for (int64_t k = 0; k < r; ++k)
+      s += log_form ? g[base + k * inner] : g[base + k * inner] * y[base + k * inner];
+    for (int64_t k = 0; k < r; ++k) {
+      int64_t i = base + k * inner;
+      dx[i] = log_form ? g[i] - std::exp(y[i]) * s : y[i] * (g[i] - s);
+    }
+  }
+}
+
+template <typename T>
+__global__ void cross_entropy_kernel(const T* logits, const int64_t* target, T* loss, T* lse,
+                                     int64_t n, int64_t c, T eps, int64_t ignore_index) {
+  RG_GRID_LOOP(i, n) {
+    const T* x = logits + i * c;
+    T m = -INFINITY;
+    for (int64_t j = 0; j < c; ++j) m = math::maximum(m, x[j]);
+    T sum = 0, total = 0;
+    for (int64_t j = 0; j < c; ++j) sum += std::exp(x[j] - m), total += x[j];
+    lse[i] = m + std::log(sum);
+    loss[i] = target[i] == ignore_index
+                  ? T(0)
+                  : lse[i] - (T(1) - eps) * x[target[i]] - eps * total / static_cast<T>(c);
+  }
+}
+
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const T* g, const T* logits, const int64_t* target,
+                                              const T* lse, T* dx, int64_t n, int64_t c, T eps,
+                                              int64_t ignore_index) {
+  RG_GRID_LOOP(ij, n * c) {
+    int64_t i = ij / c, j = ij % c;
+    if (target[i] == ignore_index) {
+      dx[ij] = 0;
+      continue;
+    }
+    T p = std::exp(logits[ij] - lse[i]);
+    T want = (j == target[i] ? T(1) - eps : T(0)) + eps / static_cast<T>(c);
+    dx[ij] = g[i] * (p - want);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::reduce(ReduceOp op, const TensorRef& in, const TensorRef& out, int64_t outer,
+                         int64_t r, int64_t inner) {
+  int64_t n = outer * inner;
+  if (n == 0) return;
+  if (op == ReduceOp::Sum && in.dtype == DType::Bool) {
+    count_true_kernel<<<blocks_for(n), kBlock, 0, compute_stream()>>>(
+        static_cast<const bool*>(in.data), static_cast<int64_t*>(out.data), outer, r, inner);
+  } else {
+    dispatch_numeric(in.dtype, "reduce", [&]<typename T>() {
+      RG_CHECK(op != ReduceOp::LogSumExp || std::is_floating_point_v<T>, "logsumexp",
+               "expected a floating dtype, got ", in.dtype);
+      if (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin)
+        reduce_kernel<T, int64_t><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
+            op, static_cast<const T*>(in.data), static_cast<int64_t*>(out.data), outer, r, inner);
+      else
+        reduce_kernel<T, T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
+            op, static_cast<const T*>(in.data), static_cast<T*>(out.data), outer, r, inner);
+    });
+  }
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
+                          int64_t inner, bool log) {
+  int64_t n = outer * inner;
+  if (n == 0) return;
+  dispatch_floating(in.dtype, "softmax", [&]<typename T>() {
+    softmax_kernel<T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
+        static_cast<const T*>(in.data), static_cast<T*>(out.data), outer, r, inner, log);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::softmax_backward(const TensorRef& g, const TensorRef& y, const TensorRef& out,
+                                   int64_t outer, int64_t r, int64_t inner, bool log) {
+  int64_t n = outer * inner;
+  if (n == 0) return;
+  dispatch_floating(y.dtype, "softmax_backward", [&]<typename T>() {
+    softmax_backward_kernel<T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
+        static_cast<const T*>(g.data), static_cast<const T*>(y.data), static_cast<T*>(out.data),
+        outer, r, inner, log);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::cross_entropy(const TensorRef& logits, const TensorRef& target,
+                                const TensorRef& loss, const TensorRef& lse, int64_t n, int64_t c,
+                                double smoothing, int64_t ignore_index) {
+  check_indices_on_host(target, n, c, "cross_entropy", /*allow_negative=*/false, ignore_index);
+  if (n == 0) return;
+  dispatch_floating(logits.dtype, "cross_entropy", [&]<typename T>() {
+    cross_entropy_kernel<T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
+        static_cast<const T*>(logits.data), static_cast<const int64_t*>(target.data),
+        static_cast<T*>(loss.data), static_cast<T*>(lse.data), n, c, static_cast<T>(smoothing),
+        ignore_index);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::cross_entropy_backward(const TensorRef& grad_loss, const TensorRef& logits,
+                                         const TensorRef& target, const TensorRef& lse,
+                                         const TensorRef& grad_logits, int64_t n, int64_t c,
+                                         double smoothing, int64_t ignore_index) {
+  if (n * c == 0) return;
+  dispatch_floating(logits.dtype, "cross_entropy_backward", [&]<typename T>() {
+    cross_entropy_backward_kernel<T><<<blocks_for(n * c), kBlock, 0, compute_stream()>>>(
+        static_cast<const T*>(grad_loss.data), static_cast<const T*>(logits.data),
+        static_cast<const int64_t*>(target.data), static_cast<const T*>(lse.data),
+        static_cast<T*>(grad_logits.data), n, c, static_cast<T>(smoothing), ignore_index);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ringgrad::cuda
