@@ -214,6 +214,28 @@ std::vector<OpCase> all_cases() {
              [](const V& in) {
                return rg::cross_entropy_per_sample(in[0], idx({0, 6, 3, -100, 2}), 0.1);
              }},
+      un(
+          "argmin", [](auto& x) { return rg::argmin(x, 0).to(rg::kFloat32); },
+          [] {
+            return r({6, 4});
+          }),
+      OpCase{
+          "arange_fill", [] { return V{}; },
+          [](const V&) { return rg::arange(-3, 5, 0.5) + rg::full({16}, 2.5) + rg::ones({16}); }},
+      OpCase{"adam_step",
+             [] {
+               return V{r({37}), r({37})};
+             },
+             [](const V& in) {
+               // The fused update works in place, outside autograd: on copies of the inputs.
+               rg::Tensor p = in[0].detach().clone(), grad = in[1].detach();
+               rg::Tensor m = rg::zeros_like(p), v = rg::zeros_like(p);
+               for (int64_t step = 1; step <= 3; ++step)
+                 rg::adam_step_(
+                     p, grad, m, v,
+                     {.lr = 0.1, .weight_decay = 0.01, .step = step, .decoupled = step % 2 == 0});
+               return rg::cat({p, m, v});
+             }},
       OpCase{"random_same_numbers", [] { return V{}; },
              [](const V&) {
                rg::Generator g(42);
@@ -281,7 +303,7 @@ TEST_CASE("backends: every op matches the CPU on every available backend") {
       ++compared;
     }
   }
-  CHECK(all_cases().size() >= 40);
+  CHECK(all_cases().size() >= 49);
   if (!others.empty()) {
     MESSAGE("compared " << compared << " op cases on " << others.size() << " GPU(s)");
   } else if (cpu_ok) {  // ctest turns this line into "Skipped" (only when the CPU half passed)
