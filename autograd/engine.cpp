@@ -44,7 +44,16 @@ std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& r
   return deps;
 }
 
+// Callbacks queued by hooks during the backward running on this thread.
+thread_local std::vector<std::function<void()>>* pending_callbacks = nullptr;
+
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  RG_CHECK(pending_callbacks != nullptr, "queue_callback",
+           "expected to be called during backward (from a gradient hook), got a call outside it");
+  pending_callbacks->push_back(std::move(fn));
+}
 
 void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   RG_CHECK(root.requires_grad(), "backward", "expected a tensor that requires grad, got ",
@@ -66,6 +75,13 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
   }
 
   NoGradGuard no_grad;  // backward computes plain numbers; it records nothing
+  std::vector<std::function<void()>> callbacks;
+  auto* outer_callbacks = pending_callbacks;  // a hook may itself call backward
+  pending_callbacks = &callbacks;
+  struct Restore {
+    std::vector<std::function<void()>>* saved;
+    ~Restore() { pending_callbacks = saved; }
+  } restore{outer_callbacks};
   std::shared_ptr<Node> start = gradient_edge(root).node;
   std::unordered_map<Node*, int> deps = count_dependencies(start);
   std::unordered_map<Node*, Tensor> buffers;
@@ -95,6 +111,8 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
       if (--deps[next.get()] == 0) ready.push(next);
     }
   }
+  // Every node has run: now the callbacks hooks queued (they may queue more).
+  for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
 }
 
 }  // namespace ringgrad::autograd

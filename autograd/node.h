@@ -62,4 +62,9 @@ Edge gradient_edge(const Tensor& t);
 // Run backward from `root` with initial gradient `grad` (engine.cpp).
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
+// From inside a backward (a gradient hook, say): run fn once that backward has
+// finished with every node — how data parallelism waits for its last
+// all-reduce before backward() returns (PyTorch's queue_callback).
+void queue_callback(std::function<void()> fn);
+
 }  // namespace ringgrad::autograd

@@ -1,0 +1,65 @@
+// communicator.h — how ranks talk: the collectives data parallelism is made of.
+//
+//   rg::parallel::World world(argc, argv);          // mpirun -> N ranks; plain run -> 1
+//   rg::parallel::Communicator& comm = world.communicator();
+//   comm.all_reduce(grad, rg::parallel::Reduce::Avg);  // every rank now holds the average
+//
+// One interface, several backends (DESIGN.md): MPI for CPU tensors, NCCL for
+// CUDA tensors (a later step), and a world of one where every collective is
+// the identity. Everything above — DDP, ring attention — is written against
+// this interface only. Operations on one communicator run in the order they
+// were issued, on every rank; the *_async forms return at once with a Work
+// handle whose wait() blocks until that operation is done (so DDP can keep
+// computing gradients while earlier buckets are being reduced).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ringgrad/core/tensor.h"
+
+namespace ringgrad::parallel {
+
+enum class Reduce { Sum, Avg, Max };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;  // rethrows the operation's error, if any
+  virtual bool is_completed() = 0;
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend_name() const = 0;  // "mpi", "nccl", "single"
+
+  // In place: afterwards every rank's t holds the reduction over all ranks' t.
+  virtual WorkHandle all_reduce_async(Tensor& t, Reduce op = Reduce::Sum) = 0;
+  void all_reduce(Tensor& t, Reduce op = Reduce::Sum) { all_reduce_async(t, op)->wait(); }
+  // In place: every rank's t becomes root's t.
+  virtual WorkHandle broadcast_async(Tensor& t, int root) = 0;
+  void broadcast(Tensor& t, int root = 0) { broadcast_async(t, root)->wait(); }
+  // Every rank's t, stacked: result (size, *t.shape) in rank order.
+  virtual Tensor all_gather(const Tensor& t) = 0;
+  // t (size·k, …) reduced over ranks; rank r keeps rows [r·k, (r+1)·k).
+  virtual Tensor reduce_scatter(const Tensor& t, Reduce op = Reduce::Sum) = 0;
+  // Point to point (contiguous tensors; shapes and dtypes must match on both sides).
+  virtual WorkHandle send_async(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual WorkHandle recv_async(Tensor& t, int src, int tag = 0) = 0;
+  void send(const Tensor& t, int dst, int tag = 0) { send_async(t, dst, tag)->wait(); }
+  void recv(Tensor& t, int src, int tag = 0) { recv_async(t, src, tag)->wait(); }
+  virtual void barrier() = 0;
+  // Ends every rank of the job at once (MPI_Abort) after a fatal error on this
+  // one, so that no rank waits forever for a peer that is gone. A world of one
+  // has nobody to stop and returns; the caller then returns its error code.
+  virtual void abort(int code) = 0;
+};
+
+// A world of one: every collective leaves its tensor as it is.
+std::unique_ptr<Communicator> make_single_communicator();
+
+}  // namespace ringgrad::parallel

@@ -1,0 +1,176 @@
+// ddp.cpp — buckets, gradient hooks, in-order non-blocking all-reduce, and the end of backward.
+#include "ringgrad/parallel/ddp.h"
+
+#include <algorithm>
+
+#include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/autograd/node.h"
+#include "ringgrad/core/factory.h"
+
+namespace ringgrad::parallel {
+
+struct Bucket {
+  std::vector<size_t> params;    // indices into State::params, in fill order
+  std::vector<int64_t> offsets;  // where each parameter's gradient starts in `flat`
+  Tensor flat;                   // all the bucket's gradients, one after another
+  size_t pending = 0;            // gradients still missing in this backward
+  WorkHandle work;               // the all-reduce in flight, if launched
+};
+
+struct DistributedDataParallel::State {
+  Communicator* comm = nullptr;
+  bool find_unused = false;
+  const bool* sync = nullptr;
+  std::vector<std::string> names;
+  std::vector<Tensor> params;
+  std::vector<size_t> bucket_of;  // parameter -> bucket
+  std::vector<size_t> slot_of;    // parameter -> position in its bucket
+  std::vector<Bucket> buckets;
+  // per backward
+  bool active = false;        // a synchronising backward is under way
+  std::vector<bool> ready;    // parameter's gradient is in its bucket
+  size_t next_to_launch = 0;  // buckets start strictly in order
+
+  // The slice of a bucket's flat buffer that holds parameter p's gradient.
+  Tensor slot(size_t p) {
+    Bucket& b = buckets[bucket_of[p]];
+    int64_t off = b.offsets[slot_of[p]];
+    return b.flat.narrow(0, off, params[p].numel()).view(params[p].shape());
+  }
+
+  void begin_backward() {
+    active = true;
+    std::fill(ready.begin(), ready.end(), false);
+    for (Bucket& b : buckets) b.pending = b.params.size(), b.work.reset();
+    next_to_launch = 0;
+    // At the very end of this backward: wait for every bucket, write back.
+    autograd::queue_callback([this] { finish_backward(); });
+  }
+
+  void mark_ready(size_t p, const Tensor& grad) {
+    if (ready[p]) return;  // one gradient per parameter per backward
+    ready[p] = true;
+    Tensor dst = slot(p);
+    if (grad.defined())
+      dst.copy_(grad);
+    else
+      dst.zero_();  // an unused parameter (find_unused_parameters)
+    --buckets[bucket_of[p]].pending;
+    launch_ready_buckets();
+  }
+
+  // Start every full bucket whose predecessors have all started.
+  void launch_ready_buckets() {
+    while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
+      Bucket& b = buckets[next_to_launch++];
+      b.work = comm->all_reduce_async(b.flat, Reduce::Avg);
+    }
+  }
+
+  void finish_backward() {
+    std::vector<std::string> missing;
+    for (size_t p = 0; p < params.size(); ++p)
+      if (!ready[p]) missing.push_back(names[p]);
+    if (!missing.empty() && !find_unused) {
+      // Let the buckets already started finish (their buffers must outlive them).
+      for (Bucket& b : buckets)
+        if (b.work) b.work->wait();
+      active = false;
+      std::string list;
+      for (const std::string& n : missing) list += (list.empty() ? "" : ", ") + n;
+      fail("DistributedDataParallel",
+           "expected a gradient for every parameter in each backward, got none for: ", list,
+           " (construct DDP with {.find_unused_parameters = true} if that is intended)");
+    }
+    for (size_t p = 0; p < params.size(); ++p)
+      if (!ready[p]) mark_ready(p, Tensor());
+    for (Bucket& b : buckets) b.work->wait();  // in launch order
+    // Averaged gradients back into .grad, where the optimizer looks.
+    for (size_t p = 0; p < params.size(); ++p) {
+      Tensor avg = slot(p);
+      Tensor g = params[p].grad();
+      if (g.defined() && g.shape() == avg.shape())
+        g.copy_(avg);
+      else
+        params[p].set_grad(avg.clone());
+    }
+    active = false;
+  }
+};
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicator& comm,
+                                                 DDPOptions options)
+    : module_(module), comm_(comm), options_(options), state_(std::make_shared<State>()) {
+  RG_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0, "DistributedDataParallel",
+           "expected positive bucket caps, got ", options.first_bucket_cap_mb, " and ",
+           options.bucket_cap_mb, " MB");
+  State& s = *state_;
+  s.comm = &comm;
+  s.find_unused = options.find_unused_parameters;
+  s.sync = &sync_;
+
+  // 1. Every replica starts from rank 0's values.
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, t] : module.state_dict()) {
+      Tensor data = t.detach();
+      comm.broadcast(data, 0);
+    }
+  }
+
+  // 2. Buckets, filled in reverse registration order; a dtype change starts a new one.
+  for (auto& [name, p] : module.named_parameters())
+    if (p.requires_grad()) s.names.push_back(name), s.params.push_back(p);
+  s.bucket_of.resize(s.params.size());
+  s.slot_of.resize(s.params.size());
+  s.ready.assign(s.params.size(), false);
+  double cap = options.first_bucket_cap_mb * 1e6, bytes = 0;
+  for (size_t k = s.params.size(); k-- > 0;) {
+    const Tensor& p = s.params[k];
+    bool full = !s.buckets.empty() && bytes + static_cast<double>(p.nbytes()) > cap;
+    bool dtype_change =
+        !s.buckets.empty() && s.params[s.buckets.back().params.front()].dtype() != p.dtype();
+    if (s.buckets.empty() || full || dtype_change) {
+      if (!s.buckets.empty()) cap = options.bucket_cap_mb * 1e6;  // only the first is small
+      s.buckets.emplace_back();
+      bytes = 0;
+    }
+    Bucket& b = s.buckets.back();
+    s.bucket_of[k] = s.buckets.size() - 1;
+    s.slot_of[k] = b.params.size();
+    b.offsets.push_back(b.params.empty() ? 0
+                                         : b.offsets.back() + s.params[b.params.back()].numel());
+    b.params.push_back(k);
+    bytes += static_cast<double>(p.nbytes());
+  }
+  for (Bucket& b : s.buckets) {
+    const Tensor& last = s.params[b.params.back()];
+    int64_t numel = b.offsets.back() + last.numel();
+    b.flat = zeros({numel}, {.dtype = last.dtype(), .device = last.device()});
+  }
+
+  // 3. A hook per parameter: "my gradient is final for this backward".
+  std::weak_ptr<State> weak = state_;
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    s.params[k].register_post_accumulate_grad_hook([weak, k](Tensor& p) {
+      std::shared_ptr<State> st = weak.lock();
+      if (!st || !*st->sync) return;  // DDP gone, or inside no_sync(): accumulate locally
+      if (!st->active) st->begin_backward();
+      st->mark_ready(k, p.grad());
+    });
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+size_t DistributedDataParallel::num_buckets() const { return state_->buckets.size(); }
+
+std::vector<std::string> DistributedDataParallel::bucket_parameters(size_t i) const {
+  RG_CHECK(i < state_->buckets.size(), "bucket_parameters", "expected a bucket below ",
+           state_->buckets.size(), ", got ", i);
+  std::vector<std::string> names;
+  for (size_t p : state_->buckets[i].params) names.push_back(state_->names[p]);
+  return names;
+}
+
+}  // namespace ringgrad::parallel
