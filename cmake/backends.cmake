@@ -55,4 +55,15 @@ if(NOT RINGGRAD_MPI STREQUAL "OFF")
   endif()
 endif()
 
+# parallel/mpi/*.cpp hold every use of <mpi.h>; a build without MPI compiles
+# parallel/mpi/stub.cpp instead, whose make_mpi_communicator throws.
+if(RINGGRAD_HAVE_MPI)
+  file(GLOB mpi_sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/parallel/mpi/*.cpp)
+  list(REMOVE_ITEM mpi_sources ${CMAKE_SOURCE_DIR}/parallel/mpi/stub.cpp)
+  list(APPEND RINGGRAD_BACKEND_SOURCES ${mpi_sources})
+  list(APPEND RINGGRAD_BACKEND_LIBS MPI::MPI_CXX)
+else()
+  list(APPEND RINGGRAD_BACKEND_SOURCES ${CMAKE_SOURCE_DIR}/parallel/mpi/stub.cpp)
+endif()
+
 message(STATUS "ringgrad: CUDA backend ${RINGGRAD_HAVE_CUDA}, MPI ${RINGGRAD_HAVE_MPI}")

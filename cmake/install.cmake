@@ -9,8 +9,10 @@ install(TARGETS ringgrad EXPORT ringgradTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(dir ${RINGGRAD_MODULE_DIRS})
+  # Backend internals (cpu/, cuda/, mpi/ include CUDA or MPI headers) stay out.
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringgrad/${dir}
-          FILES_MATCHING PATTERN "*.h")
+          FILES_MATCHING PATTERN "*.h" PATTERN "cpu" EXCLUDE PATTERN "cuda" EXCLUDE
+          PATTERN "mpi" EXCLUDE)
 endforeach()
 install(FILES ${CMAKE_SOURCE_DIR}/core/ringgrad.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringgrad)
 

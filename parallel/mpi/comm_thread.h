@@ -1,0 +1,114 @@
+// comm_thread.h — the MPI backend's engine: one thread that makes every MPI call.
+//
+//   caller thread(s)                       communication thread (one per rank)
+//   ----------------                       -----------------------------------
+//   all_reduce_async(g) --push Op-->  [ FIFO queue ] --pop--> MPI_Allreduce(g) -> Work done
+//   ...keeps computing...                                    MPI_Isend/Irecv  -> polled
+//   work->wait()  <-------------- promise/future -----------
+//
+// * Every MPI call happens on this thread, so MPI only needs
+//   MPI_THREAD_SERIALIZED, and operations start in issue order: if every rank
+//   issues the same collectives in the same order (DDP does), they match.
+// * Collectives are blocking calls on this thread: one at a time, in order.
+// * send/recv are posted as MPI_Isend/MPI_Irecv and completed later by polling
+//   (MPI_Test), so a rank can have a send and a receive in flight at once.
+//   Were they blocking, a ring exchange (every rank sends to r+1, then receives
+//   from r-1) would deadlock: each thread stuck in its send, nobody receiving.
+//
+// Internal to parallel/mpi/ (it includes <mpi.h>); users see Communicator only.
+#pragma once
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "ringgrad/parallel/communicator.h"
+
+namespace ringgrad::parallel::mpi {
+
+// An MPI return code other than MPI_SUCCESS becomes a ringgrad::Error naming
+// our operation, the MPI call, MPI's own explanation, and where:
+//   "[recv] MPI_Test failed: MPI_ERR_TRUNCATE: message truncated
+//   (parallel/mpi/comm_thread.cpp:124)"
+[[noreturn]] void throw_mpi(const char* op, int code, const char* call, const char* file, int line);
+#define RG_MPI(op, fn, ...)                                                            \
+  do {                                                                                 \
+    int rg_mpi_code_ = fn(__VA_ARGS__);                                                \
+    if (rg_mpi_code_ != MPI_SUCCESS)                                                   \
+      ::ringgrad::parallel::mpi::throw_mpi(op, rg_mpi_code_, #fn, __FILE__, __LINE__); \
+  } while (0)
+
+// What a Work needs to report a timeout: who we are and how long to wait.
+struct WatchdogInfo {
+  int rank = 0, size = 1;
+  double timeout_s = 300.0;  // <= 0: wait forever
+};
+
+// A promise that the communication thread fulfils.
+class MpiWork : public Work {
+ public:
+  MpiWork(const char* op, std::shared_ptr<const WatchdogInfo> info)
+      : op_(op), info_(std::move(info)), future_(promise_.get_future().share()) {}
+
+  // Waits (at most the timeout, then aborts the job), rethrows the
+  // operation's error, then runs finish_ once.
+  void wait() override;
+  bool is_completed() override;
+  const char* op() const { return op_; }
+
+  void succeed() { promise_.set_value(); }
+  void fail_with(std::exception_ptr e) { promise_.set_exception(e); }
+  std::function<void()> finish_;  // e.g. copy into a strided destination; caller's thread
+
+ private:
+  const char* op_;
+  std::shared_ptr<const WatchdogInfo> info_;
+  std::promise<void> promise_;
+  std::shared_future<void> future_;
+};
+
+// One queued operation. run() makes the MPI call on the communication thread
+// and returns MPI_REQUEST_NULL when the operation is done, or the request of a
+// posted send/recv, which the thread polls; on_complete() then checks the result.
+struct Op {
+  std::function<MPI_Request()> run;
+  std::function<void(const MPI_Status&)> on_complete;
+  std::shared_ptr<MpiWork> work;
+};
+
+class CommThread {
+ public:
+  explicit CommThread(MPI_Comm comm) : comm_(comm) {}
+  MPI_Comm comm() const { return comm_; }
+
+  // Caller side: queue an operation and wake the thread; ask it to stop.
+  void push(Op op);
+  void request_stop();
+
+  // Thread side: start queued operations in order; poll posted sends/recvs.
+  // Returns once stopped with an empty queue and nothing in flight.
+  void loop();
+
+ private:
+  void start(Op op);
+  bool poll();  // whether any operation finished
+
+  MPI_Comm comm_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Op> queue_;                               // guarded by mutex_
+  bool stop_ = false;                                  // guarded by mutex_
+  std::vector<std::pair<MPI_Request, Op>> in_flight_;  // communication thread only
+  static constexpr int kSpinPolls = 200;               // ~tens of µs of eager polling, then naps
+  int idle_polls_ = 0;                                 // polls since anything started or finished
+};
+
+}  // namespace ringgrad::parallel::mpi

@@ -1,0 +1,299 @@
+// mpi_communicator.cpp — Communicator over MPI_COMM_WORLD, for CPU tensors.
+//
+// Each operation is checked on the caller's thread (a wrong tensor is an error
+// at the call), then queued for the communication thread (comm_thread.h) as a
+// small closure that makes the MPI call. The closures hold the tensors they
+// use, so memory stays alive until MPI is done with it. MPI failures come back
+// from wait() as ringgrad::Error naming the MPI call: MPI_ERRORS_RETURN makes
+// MPI return error codes instead of killing the process.
+#include "ringgrad/parallel/mpi_communicator.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <thread>
+
+#include "ringgrad/core/factory.h"
+#include "ringgrad/parallel/mpi/comm_thread.h"
+
+namespace ringgrad::parallel {
+
+namespace {
+
+using mpi::CommThread;
+using mpi::MpiWork;
+using mpi::WatchdogInfo;
+
+// ---- dtypes and reductions ----
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::Float32:
+      return MPI_FLOAT;
+    case DType::Float64:
+      return MPI_DOUBLE;
+    case DType::Int64:
+      return MPI_INT64_T;
+    case DType::Bool:
+      return MPI_C_BOOL;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+// Avg is a Sum followed by a division (done by the caller of this). MPI only
+// allows logical operators on booleans: their "sum" and "max" are both OR.
+MPI_Op mpi_op(Reduce op, DType t) {
+  if (t == DType::Bool) return MPI_LOR;
+  return op == Reduce::Max ? MPI_MAX : MPI_SUM;
+}
+
+// In place: t /= n, for the float dtypes (Avg is refused for the others).
+void divide(const Tensor& t, int n) {
+  int64_t count = t.numel();
+  if (t.dtype() == DType::Float32) {
+    float* p = static_cast<float*>(t.raw_data());
+    for (int64_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
+  } else {
+    double* p = static_cast<double*>(t.raw_data());
+    for (int64_t i = 0; i < count; ++i) p[i] /= n;
+  }
+}
+
+// The checks every operation makes on the caller's thread, before anything is queued.
+void check_tensor(const Tensor& t, const char* op) {
+  RG_CHECK(t.defined(), op, "expected a defined tensor, got an undefined one");
+  RG_CHECK(t.device().is_cpu(), op,
+           "expected a CPU tensor (the MPI backend moves host memory; CUDA tensors need the "
+           "NCCL backend, a later step), got ",
+           t.describe());
+  RG_CHECK(t.numel() <= INT_MAX, op, "expected at most ", INT_MAX,
+           " elements (an MPI count is an int), got ", t.numel());
+}
+void check_reduce(const Tensor& t, Reduce op, const char* name) {
+  RG_CHECK(op != Reduce::Avg || is_floating(t.dtype()), name,
+           "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
+}
+
+double timeout_from_env() {
+  const char* text = std::getenv("RINGGRAD_COMM_TIMEOUT_S");
+  return text ? std::atof(text) : 300.0;
+}
+
+// ---- the communicator ----
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, bool owns_mpi) : owns_mpi_(owns_mpi) {
+    MPI_Comm_rank(comm, &rank_);
+    MPI_Comm_size(comm, &size_);
+    auto info = std::make_shared<WatchdogInfo>();
+    info->rank = rank_;
+    info->size = size_;
+    info->timeout_s = timeout_from_env();
+    info_ = info;
+    // The thread shares ownership of its state, so that if we must leave it
+    // running (see the destructor) it never touches freed memory.
+    thread_state_ = std::make_shared<CommThread>(comm);
+    thread_ = std::thread([state = thread_state_] { state->loop(); });
+  }
+
+  ~MpiCommunicator() override {
+    thread_state_->request_stop();
+    if (std::uncaught_exceptions() > 0) {
+      // We are being destroyed by an exception. The other ranks may be inside
+      // a collective waiting for us, and MPI_Finalize waits for them: finalizing
+      // would hang the job. Leave MPI as it is; the process exits with an error
+      // and mpirun then ends every rank (it does so when a rank exits without
+      // MPI_Finalize). The thread may be blocked in MPI: let it go.
+      std::fprintf(stderr,
+                   "[rank %d/%d] leaving MPI without finalizing (an exception is "
+                   "propagating); mpirun will end the other ranks\n",
+                   rank_, size_);
+      thread_.detach();
+      return;
+    }
+    thread_.join();  // finishes whatever was queued
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;  // the program finalised MPI itself
+    MPI_Comm comm = thread_state_->comm();
+    MPI_Comm_free(&comm);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "mpi"; }
+
+  WorkHandle all_reduce_async(Tensor& t, Reduce op) override {
+    check_tensor(t, "all_reduce");
+    check_reduce(t, op, "all_reduce");
+    auto [buf, work] = in_place_buffer(t, "all_reduce");
+    int n = static_cast<int>(t.numel()), size = size_;
+    MPI_Comm comm = thread_state_->comm();
+    return enqueue(work, [=] {
+      RG_MPI("all_reduce", MPI_Allreduce, MPI_IN_PLACE, buf.raw_data(), n, mpi_type(buf.dtype()),
+             mpi_op(op, buf.dtype()), comm);
+      if (op == Reduce::Avg) divide(buf, size);
+      return MPI_REQUEST_NULL;
+    });
+  }
+
+  WorkHandle broadcast_async(Tensor& t, int root) override {
+    check_tensor(t, "broadcast");
+    check_rank(root, "broadcast", "root");
+    auto [buf, work] = in_place_buffer(t, "broadcast");
+    int n = static_cast<int>(t.numel());
+    MPI_Comm comm = thread_state_->comm();
+    return enqueue(work, [=] {
+      RG_MPI("broadcast", MPI_Bcast, buf.raw_data(), n, mpi_type(buf.dtype()), root, comm);
+      return MPI_REQUEST_NULL;
+    });
+  }
+
+  // t (…) on every rank -> (size, …): row r is rank r's t.
+  Tensor all_gather(const Tensor& t) override {
+    check_tensor(t, "all_gather");
+    Tensor in = t.contiguous();
+    Shape shape = t.shape();
+    shape.insert(shape.begin(), size_);
+    Tensor out = empty(shape, {.dtype = t.dtype()});
+    int n = static_cast<int>(t.numel());
+    MPI_Comm comm = thread_state_->comm();
+    enqueue(new_work("all_gather"), [=] {
+      MPI_Datatype type = mpi_type(in.dtype());
+      RG_MPI("all_gather", MPI_Allgather, in.raw_data(), n, type, out.raw_data(), n, type, comm);
+      return MPI_REQUEST_NULL;
+    })->wait();
+    return out;
+  }
+
+  // t (size·k, …) -> (k, …): rank r keeps rows [r·k, (r+1)·k) of the reduction.
+  Tensor reduce_scatter(const Tensor& t, Reduce op) override {
+    check_tensor(t, "reduce_scatter");
+    check_reduce(t, op, "reduce_scatter");
+    RG_CHECK(t.dim() >= 1 && t.size(0) % size_ == 0, "reduce_scatter",
+             "expected dim 0 divisible by the world size ", size_, ", got shape ", t.shape());
+    Tensor in = t.contiguous();
+    Shape shape = t.shape();
+    shape[0] /= size_;
+    Tensor out = empty(shape, {.dtype = t.dtype()});
+    int n = static_cast<int>(out.numel()), size = size_;
+    MPI_Comm comm = thread_state_->comm();
+    enqueue(new_work("reduce_scatter"), [=] {
+      RG_MPI("reduce_scatter", MPI_Reduce_scatter_block, in.raw_data(), out.raw_data(), n,
+             mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm);
+      if (op == Reduce::Avg) divide(out, size);
+      return MPI_REQUEST_NULL;
+    })->wait();
+    return out;
+  }
+
+  // The data is read while the send is in flight: do not change t before wait().
+  WorkHandle send_async(const Tensor& t, int dst, int tag) override {
+    check_tensor(t, "send");
+    check_rank(dst, "send", "dst");
+    RG_CHECK(tag >= 0, "send", "expected a tag >= 0, got ", tag);
+    Tensor buf = t.contiguous();
+    int n = static_cast<int>(t.numel());
+    MPI_Comm comm = thread_state_->comm();
+    return enqueue(new_work("send"), [=] {
+      MPI_Request request;
+      RG_MPI("send", MPI_Isend, buf.raw_data(), n, mpi_type(buf.dtype()), dst, tag, comm, &request);
+      return request;
+    });
+  }
+
+  WorkHandle recv_async(Tensor& t, int src, int tag) override {
+    check_tensor(t, "recv");
+    check_rank(src, "recv", "src");
+    RG_CHECK(tag >= 0, "recv", "expected a tag >= 0, got ", tag);
+    auto [buf, work] = in_place_buffer(t, "recv");
+    int n = static_cast<int>(t.numel());
+    MPI_Comm comm = thread_state_->comm();
+    auto post = [=] {
+      MPI_Request request;
+      RG_MPI("recv", MPI_Irecv, buf.raw_data(), n, mpi_type(buf.dtype()), src, tag, comm, &request);
+      return request;
+    };
+    // A longer message is an MPI error (truncation); a shorter one is caught here.
+    auto check_count = [n, src, dtype = t.dtype()](const MPI_Status& status) {
+      int got = 0;
+      MPI_Get_count(&status, mpi_type(dtype), &got);
+      RG_CHECK(got == n, "recv", "expected ", n, " ", dtype, " elements from rank ", src, ", got ",
+               got);
+    };
+    return enqueue(work, post, check_count);
+  }
+
+  void barrier() override {
+    MPI_Comm comm = thread_state_->comm();
+    enqueue(new_work("barrier"), [=] {
+      RG_MPI("barrier", MPI_Barrier, comm);
+      return MPI_REQUEST_NULL;
+    })->wait();
+  }
+
+  // Straight from the caller's thread, not through the queue: the
+  // communication thread may be stuck in a collective that will never finish.
+  void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
+
+ private:
+  std::shared_ptr<MpiWork> new_work(const char* op) { return std::make_shared<MpiWork>(op, info_); }
+
+  WorkHandle enqueue(std::shared_ptr<MpiWork> work, std::function<MPI_Request()> run,
+                     std::function<void(const MPI_Status&)> on_complete = nullptr) {
+    thread_state_->push({std::move(run), std::move(on_complete), work});
+    return work;
+  }
+
+  // MPI writes into contiguous memory. A non-contiguous t gets a contiguous
+  // copy to work in, copied back into t by wait() on the caller's thread.
+  std::pair<Tensor, std::shared_ptr<MpiWork>> in_place_buffer(Tensor& t, const char* op) {
+    auto work = new_work(op);
+    if (t.is_contiguous()) return {t, work};
+    Tensor buf = t.contiguous();
+    work->finish_ = [t, buf]() mutable { t.copy_(buf); };
+    return {buf, work};
+  }
+
+  void check_rank(int r, const char* op, const char* what) const {
+    RG_CHECK(r >= 0 && r < size_, op, "expected ", what, " in [0, ", size_, "), got ", r);
+  }
+
+  int rank_ = 0, size_ = 1;
+  bool owns_mpi_ = false;
+  std::shared_ptr<const WatchdogInfo> info_;
+  std::shared_ptr<CommThread> thread_state_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(int& argc, char**& argv) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  RG_CHECK(!finalized, "World", "expected MPI to be usable, got MPI already finalized");
+  int provided = 0;
+  if (initialized) {
+    MPI_Query_thread(&provided);
+  } else {
+    // SERIALIZED: several threads may call MPI, never two at once. Only our
+    // communication thread makes calls (plus MPI_Abort, on the way out).
+    RG_MPI("World", MPI_Init_thread, &argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  }
+  RG_CHECK(provided >= MPI_THREAD_SERIALIZED, "World",
+           "expected an MPI with thread level MPI_THREAD_SERIALIZED or higher, got level ",
+           provided);
+  // Errors come back as return codes (and so as exceptions), instead of MPI's
+  // default of killing the process. A private duplicate of MPI_COMM_WORLD keeps
+  // our messages apart from any the program sends itself.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm comm;
+  RG_MPI("World", MPI_Comm_dup, MPI_COMM_WORLD, &comm);
+  return std::make_unique<MpiCommunicator>(comm, !initialized);
+}
+
+}  // namespace ringgrad::parallel

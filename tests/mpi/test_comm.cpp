@@ -1,0 +1,318 @@
+// test_comm.cpp — the Communicator, run by ctest under mpirun with N = 1, 2, 3, 4 ranks.
+//
+//   scripts/rgrun -n 3 build/bin/test_comm
+//
+// Every rank fills its tensors with values that depend on its rank, runs each
+// collective, and checks the result against the closed-form answer (sums of
+// 1..N and the like). Also: the ring exchange over send/recv, async
+// all-reduces waited in reverse order, barrier, the teaching ring_all_reduce
+// against the backend's all_reduce on sizes that do not divide by N, the
+// errors, and the world of one. Rank 0 prints a few timings.
+// Prints "[rank r/N] P passed, F failed" per rank; exits non-zero on a failure.
+#include <ringgrad/parallel/ring_allreduce.h>
+#include <ringgrad/parallel/world.h>
+#include <ringgrad/ringgrad.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+namespace rg = ringgrad;
+using rg::parallel::Reduce;
+
+namespace {
+
+int rank = 0, N = 1, passed = 0, failed = 0;
+
+void check(bool ok, const std::string& what) {
+  if (ok) {
+    ++passed;
+  } else {
+    ++failed;
+    std::fprintf(stderr, "[rank %d/%d] FAILED: %s\n", rank, N, what.c_str());
+  }
+}
+
+// Runs fn, which must throw an error whose message contains `expected`.
+template <typename F>
+void check_error(F fn, const std::string& expected, const std::string& what) {
+  std::string message = "(no error)";
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  check(message.find(expected) != std::string::npos,
+        what + ": expected an error containing '" + expected + "', got '" + message + "'");
+}
+
+// Largest |a - b| over all elements, in float64.
+double max_diff(const rg::Tensor& a, const rg::Tensor& b) {
+  auto x = a.tolist<double>(), y = b.tolist<double>();
+  if (x.size() != y.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  return worst;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+const rg::DType kTypes[] = {rg::kFloat32, rg::kFloat64, rg::kInt64};
+
+void test_all_reduce(rg::parallel::Communicator& comm) {
+  // Rank r holds t[i] = (r+1)·(i+1). Over ranks: sum (i+1)·N(N+1)/2, max (i+1)·N.
+  const int64_t n = 10;
+  rg::Tensor i1 = rg::arange(1, n + 1, 1, {.dtype = rg::kFloat64});  // i+1
+  for (rg::DType dt : kTypes) {
+    std::string name = rg::dtype_name(dt);
+    rg::Tensor sum = (i1 * (rank + 1.0)).to(dt);
+    comm.all_reduce(sum, Reduce::Sum);
+    check(max_diff(sum, i1 * (N * (N + 1) / 2.0)) == 0, "all_reduce sum " + name);
+
+    rg::Tensor max = (i1 * (rank + 1.0)).to(dt);
+    comm.all_reduce(max, Reduce::Max);
+    check(max_diff(max, i1 * double(N)) == 0, "all_reduce max " + name);
+
+    // Negative values and a maximum that is not on the last rank: (r+i) mod N - N.
+    std::vector<int64_t> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = (rank + i) % N - N;
+    rg::Tensor mixed = rg::from_vector(v).to(dt);
+    comm.all_reduce(mixed, Reduce::Max);
+    check(max_diff(mixed, rg::full({n}, -1.0)) == 0, "all_reduce max, mixed signs " + name);
+
+    if (rg::is_floating(dt)) {
+      rg::Tensor avg = (i1 * (rank + 1.0)).to(dt);
+      comm.all_reduce(avg, Reduce::Avg);
+      check(max_diff(avg, i1 * ((N + 1) / 2.0)) < 1e-6, "all_reduce avg " + name);
+    }
+  }
+  rg::Tensor ints = rg::ones({3}, {.dtype = rg::kInt64});
+  check_error([&] { comm.all_reduce(ints, Reduce::Avg); },
+              "[all_reduce] expected a floating-point tensor for Reduce::Avg, got int64",
+              "all_reduce avg int64");
+
+  // A strided (transposed) tensor is reduced in place all the same.
+  rg::Tensor base = rg::arange(0, 6).reshape({2, 3}) * float(rank + 1);
+  rg::Tensor view = base.t();
+  comm.all_reduce(view);
+  check(max_diff(base, rg::arange(0, 6).reshape({2, 3}) * float(N * (N + 1) / 2)) == 0,
+        "all_reduce of a transposed view writes through");
+}
+
+void test_broadcast(rg::parallel::Communicator& comm) {
+  for (int root : {0, N - 1}) {
+    for (rg::DType dt : kTypes) {
+      rg::Tensor t = rg::full({4, 3}, rank * 10.0 + 1, {.dtype = dt});
+      comm.broadcast(t, root);
+      check(max_diff(t, rg::full({4, 3}, root * 10.0 + 1)) == 0,
+            "broadcast from " + std::to_string(root) + " " + rg::dtype_name(dt));
+    }
+  }
+  rg::Tensor b = rg::full({5}, double(rank), {.dtype = rg::kBool});
+  comm.broadcast(b, 0);
+  check(max_diff(b, rg::zeros({5})) == 0, "broadcast bool");
+  rg::Tensor t = rg::zeros({2});
+  check_error([&] { comm.broadcast(t, N); },
+              "[broadcast] expected root in [0, " + std::to_string(N),
+              "broadcast from a rank that does not exist");
+}
+
+void test_all_gather_reduce_scatter(rg::parallel::Communicator& comm) {
+  // all_gather: rank r contributes full((2, 3), r); row k of the result is k.
+  rg::Tensor g = comm.all_gather(rg::full({2, 3}, double(rank), {.dtype = rg::kFloat64}));
+  check(g.shape() == rg::Shape{N, 2, 3}, "all_gather shape");
+  rg::Tensor expected =
+      rg::arange(0, N, 1, {.dtype = rg::kFloat64}).reshape({N, 1, 1}).expand({N, 2, 3});
+  check(max_diff(g, expected) == 0, "all_gather values");
+
+  // reduce_scatter: t (2N, 3), t[j][c] = r + j. Sum over ranks: N·j + N(N-1)/2;
+  // rank r keeps rows 2r, 2r+1.
+  for (rg::DType dt : kTypes) {
+    rg::Tensor j =
+        rg::arange(0, 2 * N, 1, {.dtype = rg::kFloat64}).reshape({2 * N, 1}).expand({2 * N, 3});
+    rg::Tensor t = (j + double(rank)).to(dt);
+    rg::Tensor mine = comm.reduce_scatter(t, Reduce::Sum);
+    rg::Tensor want = j.narrow(0, 2 * rank, 2) * double(N) + N * (N - 1) / 2.0;
+    check(mine.shape() == rg::Shape{2, 3} && max_diff(mine, want) == 0,
+          std::string("reduce_scatter sum ") + rg::dtype_name(dt));
+    if (rg::is_floating(dt)) {
+      rg::Tensor avg = comm.reduce_scatter(t, Reduce::Avg);
+      check(max_diff(avg, want / double(N)) < 1e-6,
+            std::string("reduce_scatter avg ") + rg::dtype_name(dt));
+    }
+  }
+  if (N > 1) {
+    check_error(
+        [&] {
+          comm.reduce_scatter(rg::zeros({N + 1, 2}));
+        },
+        "[reduce_scatter] expected dim 0 divisible by the world size",
+        "reduce_scatter of an indivisible tensor");
+  }
+}
+
+void test_send_recv(rg::parallel::Communicator& comm) {
+  if (comm.backend_name() == "single")
+    return;  // run without mpirun: no peers (see test_world_of_one)
+  // Every rank sends to its right and receives from its left, both in flight
+  // at once (a blocking send on every rank would deadlock for large messages).
+  const int right = (rank + 1) % N, left = (rank + N - 1) % N;
+  for (int64_t n : {int64_t(5), int64_t(1) << 20}) {  // eager and rendezvous sizes
+    rg::Tensor out = rg::full({n}, double(rank), {.dtype = rg::kFloat64});
+    rg::Tensor in = rg::zeros({n}, {.dtype = rg::kFloat64});
+    auto sent = comm.send_async(out, right, 7);
+    auto got = comm.recv_async(in, left, 7);
+    got->wait();
+    sent->wait();
+    check(max_diff(in, rg::full({n}, double(left))) == 0,
+          "ring exchange of " + std::to_string(n) + " elements");
+  }
+  // The blocking forms, ordered so they cannot deadlock: even ranks send first.
+  if (N > 1) {
+    rg::Tensor out = rg::full({3}, double(rank)), in = rg::zeros({3});
+    if (rank % 2 == 0) {
+      comm.send(out, right);
+      comm.recv(in, left);
+    } else {
+      comm.recv(in, left);
+      comm.send(out, right);
+    }
+    check(max_diff(in, rg::full({3}, double(left))) == 0, "blocking send/recv");
+  }
+  // A message shorter than the receive buffer is an error on the receiver.
+  rg::Tensor short_msg = rg::zeros({5}), big = rg::zeros({10});
+  auto sent = comm.send_async(short_msg, right, 9);
+  check_error([&] { comm.recv(big, left, 9); }, "[recv] expected 10 float32 elements from rank",
+              "recv of a short message");
+  sent->wait();
+  // A longer one is MPI's own error (truncation), reported with the MPI call.
+  rg::Tensor small = rg::zeros({2});
+  sent = comm.send_async(short_msg, right, 10);
+  check_error([&] { comm.recv(small, left, 10); }, "[recv] MPI_Test failed: MPI_ERR_TRUNCATE",
+              "recv of a long message");
+  sent->wait();
+  check_error([&] { comm.send(short_msg, N, 0); }, "[send] expected dst in [0, ",
+              "send to a rank that does not exist");
+}
+
+void test_async_and_barrier(rg::parallel::Communicator& comm) {
+  // Issued back to back, waited in reverse: each holds its own correct sum.
+  const int64_t sizes[] = {1, 1000, 100000, 7};
+  std::vector<rg::Tensor> ts;
+  std::vector<rg::parallel::WorkHandle> works;
+  for (int k = 0; k < 4; ++k) {
+    ts.push_back(rg::full({sizes[k]}, (rank + 1.0) * (k + 1)));
+    works.push_back(comm.all_reduce_async(ts.back()));
+  }
+  for (int k = 3; k >= 0; --k) works[k]->wait();
+  for (int k = 0; k < 4; ++k) {
+    check(works[k]->is_completed(), "is_completed after wait");
+    check(max_diff(ts[k], rg::full({sizes[k]}, (k + 1) * N * (N + 1) / 2.0)) == 0,
+          "async all_reduce " + std::to_string(k) + " waited in reverse order");
+  }
+
+  // Barrier: rank 0 arrives 200 ms late; nobody leaves before it arrives.
+  auto t0 = std::chrono::steady_clock::now();
+  if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  comm.barrier();
+  double waited = ms_since(t0);
+  check(waited >= 150, "barrier waits for the last rank (" + std::to_string(waited) + " ms)");
+}
+
+void test_ring_all_reduce(rg::parallel::Communicator& comm) {
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(1000003)}) {
+    std::string size = " n=" + std::to_string(n);
+    // float64 with integer values: every summation order is exact, so the ring
+    // must equal the backend bit for bit.
+    rg::Generator gen(1000 + rank);
+    rg::Tensor ints = rg::randint(-1000, 1000, {n}, &gen).to(rg::kFloat64);
+    for (Reduce op : {Reduce::Sum, Reduce::Max, Reduce::Avg}) {
+      rg::Tensor ring = ints.clone(), backend = ints.clone();
+      rg::parallel::ring_all_reduce(comm, ring, op);
+      comm.all_reduce(backend, op);
+      check(max_diff(ring, backend) == 0,
+            "ring_all_reduce float64 exact, op " + std::to_string(int(op)) + size);
+    }
+    // float32 random values: equal up to summation order.
+    rg::Tensor x = rg::randn({n}, {}, &gen);
+    rg::Tensor ring = x.clone(), backend = x.clone();
+    rg::parallel::ring_all_reduce(comm, ring);
+    comm.all_reduce(backend);
+    check(max_diff(ring, backend) < 1e-5, "ring_all_reduce float32" + size);
+    rg::Tensor ring_i = ints.to(rg::kInt64), backend_i = ring_i.clone();
+    rg::parallel::ring_all_reduce(comm, ring_i);
+    comm.all_reduce(backend_i);
+    check(max_diff(ring_i, backend_i) == 0, "ring_all_reduce int64" + size);
+  }
+  // A strided 2-D tensor.
+  rg::Tensor base = rg::arange(0, 12).reshape({3, 4}) * float(rank + 1);
+  rg::Tensor view = base.t();
+  rg::parallel::ring_all_reduce(comm, view);
+  check(max_diff(base, rg::arange(0, 12).reshape({3, 4}) * float(N * (N + 1) / 2)) == 0,
+        "ring_all_reduce of a transposed view");
+}
+
+void test_world_of_one() {
+  auto one = rg::parallel::make_single_communicator();
+  rg::Tensor t = rg::full({3}, 2.0);
+  one->all_reduce(t, Reduce::Avg);
+  one->broadcast(t, 0);
+  check(max_diff(t, rg::full({3}, 2.0)) == 0 && one->size() == 1, "world of one: identity");
+  rg::Tensor g = one->all_gather(t);
+  g.fill_(5);
+  check(g.shape() == rg::Shape{1, 3} && t.tolist<float>()[0] == 2.0f,
+        "world of one: all_gather copies");
+  check_error([&] { one->send(t, 0); }, "[send] expected a peer rank, got a world of one",
+              "world of one: send");
+  rg::parallel::ring_all_reduce(*one, t);
+  check(max_diff(t, rg::full({3}, 2.0)) == 0, "world of one: ring");
+}
+
+// Rank 0 prints how long a 25 MB all-reduce takes (DDP's default bucket).
+void report_timings(rg::parallel::Communicator& comm) {
+  if (N == 1) return;
+  rg::Tensor t = rg::ones({25 * 1000 * 1000 / 4});
+  comm.all_reduce(t);  // warm up
+  double best_backend = 1e9, best_ring = 1e9;
+  for (int it = 0; it < 3; ++it) {
+    comm.barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    comm.all_reduce(t);
+    best_backend = std::min(best_backend, ms_since(t0));
+    comm.barrier();
+    t0 = std::chrono::steady_clock::now();
+    rg::parallel::ring_all_reduce(comm, t);
+    best_ring = std::min(best_ring, ms_since(t0));
+  }
+  if (rank == 0)
+    std::printf("[rank 0/%d] all_reduce 25 MB float32: MPI %.1f ms, ring_all_reduce %.1f ms\n", N,
+                best_backend, best_ring);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rg::parallel::World world(argc, argv);
+  rank = world.rank();
+  N = world.size();
+  return rg::parallel::main_guard(world, [&] {
+    rg::parallel::Communicator& comm = world.communicator();
+    check(comm.backend_name() == (rg::parallel::launched_by_mpi() ? "mpi" : "single"),
+          "backend name");
+    check(world.device() == rg::kCPU || rg::cuda::is_available(), "device");
+    test_world_of_one();
+    test_all_reduce(comm);
+    test_broadcast(comm);
+    test_all_gather_reduce_scatter(comm);
+    test_send_recv(comm);
+    test_async_and_barrier(comm);
+    test_ring_all_reduce(comm);
+    report_timings(comm);
+    std::printf("[rank %d/%d] %d passed, %d failed\n", rank, N, passed, failed);
+    return failed == 0 ? 0 : 1;
+  });
+}
