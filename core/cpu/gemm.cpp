@@ -58,11 +58,11 @@ void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0
 }
 
 // Work (multiply-adds) below which one GEMM stays on one thread: a 64×256×10
-// product (164k) takes ~4 µs, about what waking a second thread costs, and
-// measured 0.84–1.4× on two threads depending on the machine's load. Above
+// product (164k) is ~4 µs; with the pool's workers awake it still gains ~1.3×
+// on two threads, below that the hand-off costs more than it saves. Above
 // kFinePanelsWork, panels are cut finer than one per thread, so a thread
 // slowed by another process simply takes fewer of them.
-constexpr int64_t kSerialGemmWork = int64_t(1) << 20;
+constexpr int64_t kSerialGemmWork = int64_t(1) << 17;
 constexpr int64_t kFinePanelsWork = int64_t(1) << 24;
 constexpr int64_t kPanelsPerThread = 4;
 constexpr int64_t kMinPanel = 16;  // rows or columns: one SIMD-kernel width

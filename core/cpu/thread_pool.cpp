@@ -64,7 +64,7 @@ class Pool {
       while (static_cast<int>(workers_.size()) < threads - 1)
         workers_.emplace_back([this] { worker_loop(); });
       job_ = job;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     job->work();  // the caller takes chunks too, starting at once
@@ -77,23 +77,30 @@ class Pool {
   void worker_loop() {
     uint64_t seen = 0;
     for (;;) {
+      // Training issues parallel work every few tens of microseconds: spin a
+      // little before sleeping, so the next job finds this worker awake (a
+      // futex wake-up costs about as much as a small GEMM panel).
+      for (int i = 0; i < kSpinChecks && generation_.load(std::memory_order_acquire) == seen; ++i)
+        std::this_thread::yield();
       std::shared_ptr<Job> job;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+        wake_.wait(lock, [&] { return stopping_ || generation_.load() != seen; });
         if (stopping_) return;
-        seen = generation_;
+        seen = generation_.load();
         job = job_;
       }
       if (job->joined.fetch_add(1) < job->max_workers) job->work();
     }
   }
 
+  static constexpr int kSpinChecks = 2000;  // ~50–200 µs of yielding
+
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<std::thread> workers_;
   std::shared_ptr<Job> job_;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};
   bool stopping_ = false;
 };
 
