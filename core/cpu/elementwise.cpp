@@ -72,10 +72,7 @@ void CpuBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, do
       const T a = static_cast<T>(p0), b = static_cast<T>(p1);
       map1<T, T>(in, out, [=](T x) { return math::apply_unary<Op>(x, a, b); });
     };
-    if constexpr (works_on_integers(Op))
-      dispatch_numeric(in.dtype, "unary", run);
-    else
-      dispatch_floating(in.dtype, "unary", run);
+    dispatch_for_op<Op>(in.dtype, "unary", run);
   });
 }
 
@@ -85,12 +82,7 @@ void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, con
       using Out = decltype(math::apply_binary<Op>(T(), T()));
       map2<T, Out>(a, b, out, [](T x, T y) { return math::apply_binary<Op>(x, y); });
     };
-    if constexpr (is_comparison(Op))
-      dispatch_all(a.dtype, run);
-    else if constexpr (works_on_integers(Op))
-      dispatch_numeric(a.dtype, "binary", run);
-    else
-      dispatch_floating(a.dtype, "binary", run);
+    dispatch_for_op<Op>(a.dtype, "binary", run);
   });
 }
 

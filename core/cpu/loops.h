@@ -1,6 +1,5 @@
 // loops.h — the CPU's generic loops (internal).
 //
-// dispatch_*: run a templated lambda for the C++ type of a dtype.
 // parallel_for: split [0, n) over the configured threads when the work is big enough.
 // for_each_row: visit N same-shaped strided operands row by row, after merging
 // dims that are contiguous in every operand, so most elementwise ops become one
@@ -13,46 +12,10 @@
 
 #include "ringgrad/core/backend.h"
 #include "ringgrad/core/cpu/thread_pool.h"
+#include "ringgrad/core/dispatch.h"
 #include "ringgrad/core/threads.h"
 
 namespace ringgrad::cpu {
-
-// f.template operator()<T>() for T = the C++ type of dtype t.
-template <typename F>
-void dispatch_all(DType t, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f.template operator()<float>();
-      return;
-    case DType::Float64:
-      f.template operator()<double>();
-      return;
-    case DType::Int64:
-      f.template operator()<int64_t>();
-      return;
-    case DType::Bool:
-      f.template operator()<bool>();
-      return;
-  }
-}
-
-// The same for float32/float64 only; other dtypes throw "[op] expected a floating dtype…".
-template <typename F>
-void dispatch_floating(DType t, const char* op, F&& f) {
-  RG_CHECK(is_floating(t), op, "expected a floating dtype (float32 or float64), got ", t);
-  dispatch_all(t, [&]<typename T>() {
-    if constexpr (std::is_floating_point_v<T>) f.template operator()<T>();
-  });
-}
-
-// The same for float32/float64/int64; bool throws.
-template <typename F>
-void dispatch_numeric(DType t, const char* op, F&& f) {
-  RG_CHECK(t != DType::Bool, op, "expected a numeric dtype (float32, float64 or int64), got ", t);
-  dispatch_all(t, [&]<typename T>() {
-    if constexpr (!std::is_same_v<T, bool>) f.template operator()<T>();
-  });
-}
 
 // Below this much work (≈ element-operations) a loop runs on one thread: waking
 // a second thread costs tens of microseconds, and a vectorised loop does about

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "ringgrad/core/backend.h"
+#include "ringgrad/core/dispatch.h"
 #include "ringgrad/core/kernel_math.h"
 
 namespace ringgrad::cuda {
@@ -86,45 +87,6 @@ inline constexpr int kBlock = 256;
 inline unsigned blocks_for(int64_t n) {
   int64_t b = (n + kBlock - 1) / kBlock;
   return static_cast<unsigned>(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
-}
-
-// Host-side dtype dispatch (the same shape as core/cpu/loops.h).
-template <typename F>
-void dispatch_all(DType t, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f.template operator()<float>();
-      return;
-    case DType::Float64:
-      f.template operator()<double>();
-      return;
-    case DType::Int64:
-      f.template operator()<int64_t>();
-      return;
-    case DType::Bool:
-      f.template operator()<bool>();
-      return;
-  }
-}
-
-template <typename F>
-void dispatch_floating(DType t, const char* op, F&& f) {
-  RG_CHECK(is_floating(t), op, "expected a floating dtype (float32 or float64), got ", t);
-  if (t == DType::Float32)
-    f.template operator()<float>();
-  else
-    f.template operator()<double>();
-}
-
-template <typename F>
-void dispatch_numeric(DType t, const char* op, F&& f) {
-  RG_CHECK(t != DType::Bool, op, "expected a numeric dtype (float32, float64 or int64), got ", t);
-  if (t == DType::Float32)
-    f.template operator()<float>();
-  else if (t == DType::Float64)
-    f.template operator()<double>();
-  else
-    f.template operator()<int64_t>();
 }
 
 // Index of this thread in a 1-D grid, and the grid's stride.

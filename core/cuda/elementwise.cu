@@ -91,10 +91,7 @@ void CudaBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, d
       unary_kernel<Op, T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
           view(in), view(out), n, static_cast<T>(p0), static_cast<T>(p1));
     };
-    if constexpr (works_on_integers(Op))
-      dispatch_numeric(in.dtype, "unary", run);
-    else
-      dispatch_floating(in.dtype, "unary", run);
+    dispatch_for_op<Op>(in.dtype, "unary", run);
   });
   RG_CUDA_CHECK_LAUNCH();
 }
@@ -109,12 +106,7 @@ void CudaBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
       binary_kernel<Op, T, Out>
           <<<blocks_for(n), kBlock, 0, compute_stream()>>>(view(a), view(b), view(out), n);
     };
-    if constexpr (is_comparison(Op))
-      dispatch_all(a.dtype, run);
-    else if constexpr (works_on_integers(Op))
-      dispatch_numeric(a.dtype, "binary", run);
-    else
-      dispatch_floating(a.dtype, "binary", run);
+    dispatch_for_op<Op>(a.dtype, "binary", run);
   });
   RG_CUDA_CHECK_LAUNCH();
 }

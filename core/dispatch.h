@@ -1,0 +1,68 @@
+// dispatch.h — from a run-time dtype (and op kind) to compile-time C++ types (internal).
+//
+//   dispatch_floating(t, "exp", [&]<typename T>() { kernel<T>(…); });
+//
+// Shared by every backend's host code: the CPU loops and the CUDA launches
+// accept exactly the same dtypes for each op, with the same error.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ringgrad/core/dtype.h"
+#include "ringgrad/core/error.h"
+#include "ringgrad/core/op_kinds.h"
+
+namespace ringgrad {
+
+// f.template operator()<T>() for T = the C++ type of dtype t.
+template <typename F>
+void dispatch_all(DType t, F&& f) {
+  switch (t) {
+    case DType::Float32:
+      f.template operator()<float>();
+      return;
+    case DType::Float64:
+      f.template operator()<double>();
+      return;
+    case DType::Int64:
+      f.template operator()<int64_t>();
+      return;
+    case DType::Bool:
+      f.template operator()<bool>();
+      return;
+  }
+}
+
+// The same for float32/float64 only; other dtypes throw "[op] expected a floating dtype…".
+template <typename F>
+void dispatch_floating(DType t, const char* op, F&& f) {
+  RG_CHECK(is_floating(t), op, "expected a floating dtype (float32 or float64), got ", t);
+  dispatch_all(t, [&]<typename T>() {
+    if constexpr (std::is_floating_point_v<T>) f.template operator()<T>();
+  });
+}
+
+// The same for float32/float64/int64; bool throws.
+template <typename F>
+void dispatch_numeric(DType t, const char* op, F&& f) {
+  RG_CHECK(t != DType::Bool, op, "expected a numeric dtype (float32, float64 or int64), got ", t);
+  dispatch_all(t, [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, bool>) f.template operator()<T>();
+  });
+}
+
+// The dtypes an elementwise op accepts: comparisons any, the integer-capable ops
+// (works_on_integers) any but bool, the rest floating only.
+template <auto Op, typename F>
+void dispatch_for_op(DType t, const char* op, F&& f) {
+  if constexpr (std::is_same_v<decltype(Op), BinaryOp>) {
+    if constexpr (is_comparison(Op)) return dispatch_all(t, f);
+  }
+  if constexpr (works_on_integers(Op))
+    dispatch_numeric(t, op, f);
+  else
+    dispatch_floating(t, op, f);
+}
+
+}  // namespace ringgrad
