@@ -2,6 +2,7 @@
 #include "ringgrad/parallel/ddp.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/autograd/node.h"
@@ -30,6 +31,7 @@ struct DistributedDataParallel::State {
   bool active = false;        // a synchronising backward is under way
   std::vector<bool> ready;    // parameter's gradient is in its bucket
   size_t next_to_launch = 0;  // buckets start strictly in order
+  double wait_seconds = 0;    // time backward spent waiting for all-reduces, in total
 
   // The slice of a bucket's flat buffer that holds parameter p's gradient.
   Tensor slot(size_t p) {
@@ -84,7 +86,10 @@ struct DistributedDataParallel::State {
     }
     for (size_t p = 0; p < params.size(); ++p)
       if (!ready[p]) mark_ready(p, Tensor());
+    auto wait_start = std::chrono::steady_clock::now();
     for (Bucket& b : buckets) b.work->wait();  // in launch order
+    wait_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
     // Averaged gradients back into .grad, where the optimizer looks.
     for (size_t p = 0; p < params.size(); ++p) {
       Tensor avg = slot(p);
@@ -162,6 +167,8 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
+
+double DistributedDataParallel::comm_wait_seconds() const { return state_->wait_seconds; }
 
 size_t DistributedDataParallel::num_buckets() const { return state_->buckets.size(); }
 

@@ -65,6 +65,8 @@ class DistributedDataParallel {
   NoSync no_sync() { return NoSync(*this); }
 
   size_t num_buckets() const;
+  // Seconds backward has spent waiting for all-reduces to finish (what overlap did not hide).
+  double comm_wait_seconds() const;
   // Bucket i's parameter names, in the order their gradients fill it.
   std::vector<std::string> bucket_parameters(size_t i) const;
 
