@@ -47,7 +47,6 @@ struct StridedView {
   int ndim;
   int64_t shape[kMaxDims];
   int64_t strides[kMaxDims];  // in elements
-  int elem_size;
   bool contiguous;  // offset(i) == i: kernels skip the index arithmetic
 
   // Offset (in elements) of element `linear` of the row-major iteration over shape.
@@ -72,7 +71,6 @@ inline StridedView view(const TensorRef& r) {
   v.data = static_cast<char*>(r.data);
   v.ndim = r.ndim;
   for (int i = 0; i < r.ndim; ++i) v.shape[i] = r.shape[i], v.strides[i] = r.strides[i];
-  v.elem_size = static_cast<int>(element_size(r.dtype));
   int64_t expected = 1;
   v.contiguous = true;
   for (int i = r.ndim - 1; i >= 0; --i) {
