@@ -38,9 +38,11 @@ TensorRef ref(const Tensor& t, const Shape& as_shape);
 
 // UnaryOp, BinaryOp, ReduceOp, RandomDist: see op_kinds.h.
 
-// out(b) = a(b) · b(b) for b < batch; a is (m,k), b is (k,n), c is (m,n) row-major
-// contiguous. Each of a and b is either row-major (col stride 1) or column-major
-// (row stride 1): transposes are read in place. Batch strides may be 0 (broadcast).
+// c(b) = alpha·a(b)·b(b) + beta·c(b) for b < batch; a is (m,k), b is (k,n), c is (m,n)
+// row-major with row stride c_row_stride (0: n, tightly packed). Each of a and b is
+// either row-major (col stride 1) or column-major (row stride 1): transposes are read
+// in place. Batch strides of a and b may be 0 (broadcast). beta = 0 ignores c's old
+// contents (even NaN); beta = 1 accumulates (what blockwise attention needs).
 struct GemmArgs {
   DType dtype = kFloat32;
   int64_t batch = 1, m = 0, n = 0, k = 0;
@@ -49,7 +51,27 @@ struct GemmArgs {
   const void* b = nullptr;
   int64_t b_batch_stride = 0, b_row_stride = 0, b_col_stride = 0;
   void* c = nullptr;
-  int64_t c_batch_stride = 0;
+  int64_t c_batch_stride = 0, c_row_stride = 0;
+  double alpha = 1.0, beta = 0.0;
+  int64_t ldc() const { return c_row_stride ? c_row_stride : n; }
+};
+
+// One tile of blockwise attention (core/attention.h): queries [row_pos, row_pos + rows)
+// against keys [col_pos, col_pos + cols) for all batch·heads pairs n = b·heads + h. The
+// score of query i and key j is  x = scale·s[n,i,j] + mask[b,h,i,j], or −∞ when the tile is
+// causal and key position > query position. Dropout (p > 0) keeps element (n, i, j) when
+// philox_uniform(seed, offset + (n·total_rows + row_pos + i)·total_cols + col_pos + j) ≥ p,
+// so every tile (and every rank in ring attention) draws the same mask for the same element.
+struct AttentionTile {
+  DType dtype = kFloat32;
+  int64_t batch = 1, heads = 1, rows = 0, cols = 0;
+  TensorRef mask;  // data == nullptr: none; else a (batch, heads, rows, cols) broadcast view
+  bool causal = false;
+  int64_t row_pos = 0, col_pos = 0;
+  double scale = 1.0;
+  double dropout_p = 0.0;
+  uint64_t seed = 0, offset = 0;
+  int64_t total_rows = 0, total_cols = 0;
 };
 
 class Backend {
@@ -86,6 +108,35 @@ class Backend {
                                 int64_t outer, int64_t r, int64_t inner, bool log) = 0;
 
   virtual void gemm(const GemmArgs& args) = 0;
+
+  // Layer norm over the last dim of contiguous x (n, d); weight/bias (d) may be absent
+  // (data == nullptr). Writes y (n, d) and the per-row mean and 1/√(var + eps) (n).
+  virtual void layer_norm(const TensorRef& x, const TensorRef& weight, const TensorRef& bias,
+                          const TensorRef& y, const TensorRef& mean, const TensorRef& rstd,
+                          int64_t n, int64_t d, double eps) = 0;
+  // dx (n, d) always; dweight, dbias (d) when their data is not null (sums over rows).
+  virtual void layer_norm_backward(const TensorRef& dy, const TensorRef& x, const TensorRef& mean,
+                                   const TensorRef& rstd, const TensorRef& weight,
+                                   const TensorRef& dx, const TensorRef& dweight,
+                                   const TensorRef& dbias, int64_t n, int64_t d) = 0;
+
+  // The three row passes of blockwise attention (see AttentionTile; s, p, dp are
+  // contiguous (batch·heads, rows, cols); m, l, lse, dsum are (batch·heads, rows) views; o is
+  // a (batch·heads, rows, dv) view).
+  // Online-softmax step: s holds Q·Kᵀ; with m_new = max(m, max_j x), rescale o and l by
+  // exp(m − m_new), add Σ_j exp(x − m_new) to l, and leave in s the dropped-out
+  // exp(x − m_new)·keep/(1−p) that the caller multiplies into V and adds to o.
+  virtual void attention_tile_forward(const AttentionTile& tile, const TensorRef& s,
+                                      const TensorRef& m, const TensorRef& l,
+                                      const TensorRef& o) = 0;
+  // Backward, first pass: s holds Q·Kᵀ; set s = P = exp(x − lse) and, with dropout,
+  // pd = P·keep/(1−p) (the probabilities that multiplied V).
+  virtual void attention_tile_probs(const AttentionTile& tile, const TensorRef& s,
+                                    const TensorRef& lse, const TensorRef& pd) = 0;
+  // Backward, second pass: dp holds dO·Vᵀ; set dp = scale·P·(dp·keep/(1−p) − dsum), the
+  // gradient of the raw scores Q·Kᵀ (dsum = rowsum(dO ⊙ O)).
+  virtual void attention_tile_grad(const AttentionTile& tile, const TensorRef& p,
+                                   const TensorRef& dp, const TensorRef& dsum) = 0;
 
   // In place over contiguous p, m, v (and read-only g), all of one shape.
   virtual void adam_step(const TensorRef& p, const TensorRef& g, const TensorRef& m,

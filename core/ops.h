@@ -67,6 +67,13 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
+// ---- normalisation ----
+// Layer norm over the trailing dims `normalized_shape` (torch.nn.functional.layer_norm):
+// (x − mean)/√(var + eps)·weight + bias, mean and (biased) var per sample. weight and
+// bias have shape normalized_shape and may be undefined. One fused op, forward and backward.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+
 // ---- losses ----
 // Softmax cross-entropy per sample, fused (one pass, stable for large logits):
 // logits (N, C), target (N) int64 class indices -> loss (N). With label smoothing ε

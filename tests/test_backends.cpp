@@ -236,6 +236,35 @@ std::vector<OpCase> all_cases() {
                      {.lr = 0.1, .weight_decay = 0.01, .step = step, .decoupled = step % 2 == 0});
                return rg::cat({p, m, v});
              }},
+      OpCase{"layer_norm",
+             [] {
+               return V{r({6, 2, 5}).transpose(0, 1), r({5}), r({5})};  // non-contiguous x
+             },
+             [](const V& in) { return rg::layer_norm(in[0], {5}, in[1], in[2]); }},
+      OpCase{"layer_norm_2d_no_affine", [] { return V{r({3, 4, 5}, -3, 5)}; },
+             [](const V& in) { return rg::layer_norm(in[0], {4, 5}); }},
+      // Attention over several tiles: causal with offsets, an additive padding-style mask,
+      // and dropout (the same Philox counters on every backend give the same mask).
+      OpCase{"attention_causal_tiles",
+             [] {
+               return V{r({2, 3, 7, 8}), r({2, 3, 9, 8}), r({2, 3, 9, 5})};
+             },
+             [](const V& in) {
+               return rg::scaled_dot_product_attention(
+                   in[0], in[1], in[2], {.causal = true, .block_q = 3, .block_k = 4, .q_offset = 2});
+             }},
+      OpCase{"attention_mask_dropout",
+             [] {
+               return V{r({2, 2, 6, 4}).transpose(2, 3).contiguous().transpose(2, 3), r({2, 2, 5, 4}),
+                        r({2, 2, 5, 4}), r({2, 1, 1, 5}, -2, 0)};
+             },
+             [](const V& in) {
+               rg::Generator g(3);
+               return rg::scaled_dot_product_attention(
+                   in[0], in[1], in[2],
+                   {.mask = in[3].detach(), .dropout_p = 0.2, .generator = &g, .block_q = 4,
+                    .block_k = 2});
+             }},
       OpCase{"random_same_numbers", [] { return V{}; },
              [](const V&) {
                rg::Generator g(42);

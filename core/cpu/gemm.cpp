@@ -40,21 +40,28 @@ template <typename T>
 void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   const T* a = static_cast<const T*>(g.a) + i * g.a_batch_stride + r0 * g.a_row_stride;
   const T* b = static_cast<const T*>(g.b) + i * g.b_batch_stride + c0 * g.b_col_stride;
-  T* c = static_cast<T*>(g.c) + i * g.c_batch_stride + r0 * g.n + c0;
+  const int64_t ldc = g.ldc();
+  T* c = static_cast<T*>(g.c) + i * g.c_batch_stride + r0 * ldc + c0;
+  const T alpha = static_cast<T>(g.alpha), beta = static_cast<T>(g.beta);
   auto multiply = [&](auto&& C) {
-    if (g.k == 0) {
+    if (beta == T(0))
       C.setZero();
-      return;
-    }
+    else if (beta != T(1))
+      C *= beta;
+    if (g.k == 0) return;
     with_mapped(a, r1 - r0, g.k, g.a_row_stride, g.a_col_stride, [&](const auto& A) {
-      with_mapped(b, g.k, c1 - c0, g.b_row_stride, g.b_col_stride,
-                  [&](const auto& B) { C.noalias() = A * B; });
+      with_mapped(b, g.k, c1 - c0, g.b_row_stride, g.b_col_stride, [&](const auto& B) {
+        if (beta == T(0) && alpha == T(1))
+          C.noalias() = A * B;  // the common case: no pass over C before the product
+        else
+          C.noalias() += alpha * A * B;
+      });
     });
   };
-  if (c0 == 0 && c1 == g.n)
+  if (c0 == 0 && c1 == g.n && ldc == g.n)
     multiply(Eigen::Map<RowMajor<T>>(c, r1 - r0, g.n));
   else
-    multiply(Eigen::Map<RowMajor<T>, 0, Stride>(c, r1 - r0, c1 - c0, Stride(g.n)));
+    multiply(Eigen::Map<RowMajor<T>, 0, Stride>(c, r1 - r0, c1 - c0, Stride(ldc)));
 }
 
 // Work (multiply-adds) below which one GEMM stays on one thread: a 64×256×10

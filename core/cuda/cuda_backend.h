@@ -41,6 +41,21 @@ class CudaBackend final : public Backend {
 
   void gemm(const GemmArgs& args) override;
 
+  // layer norm: norm.cu; attention tiles: attention.cu
+  void layer_norm(const TensorRef& x, const TensorRef& weight, const TensorRef& bias,
+                  const TensorRef& y, const TensorRef& mean, const TensorRef& rstd, int64_t n,
+                  int64_t d, double eps) override;
+  void layer_norm_backward(const TensorRef& dy, const TensorRef& x, const TensorRef& mean,
+                           const TensorRef& rstd, const TensorRef& weight, const TensorRef& dx,
+                           const TensorRef& dweight, const TensorRef& dbias, int64_t n,
+                           int64_t d) override;
+  void attention_tile_forward(const AttentionTile& tile, const TensorRef& s, const TensorRef& m,
+                              const TensorRef& l, const TensorRef& o) override;
+  void attention_tile_probs(const AttentionTile& tile, const TensorRef& s, const TensorRef& lse,
+                            const TensorRef& pd) override;
+  void attention_tile_grad(const AttentionTile& tile, const TensorRef& p, const TensorRef& dp,
+                           const TensorRef& dsum) override;
+
   void adam_step(const TensorRef& p, const TensorRef& g, const TensorRef& m, const TensorRef& v,
                  const AdamStep& h) override;
   void cross_entropy(const TensorRef& logits, const TensorRef& target, const TensorRef& loss,

@@ -25,8 +25,8 @@ void CudaBackend::gemm(const GemmArgs& g) {
 
   cudaDataType_t type;
   cublasComputeType_t compute;
-  double alpha_d = 1.0, beta_d = 0.0;
-  float alpha_f = 1.0f, beta_f = 0.0f;
+  double alpha_d = g.alpha, beta_d = g.beta;
+  float alpha_f = static_cast<float>(g.alpha), beta_f = static_cast<float>(g.beta);
   const void *alpha, *beta;
   if (g.dtype == DType::Float32) {
     type = CUDA_R_32F;
@@ -38,11 +38,11 @@ void CudaBackend::gemm(const GemmArgs& g) {
     compute = CUBLAS_COMPUTE_64F;
     alpha = &alpha_d, beta = &beta_d;
   }
-  // k == 0 is a valid product (all zeros): cuBLAS then only scales C by beta = 0.
+  // k == 0 is a valid product (all zeros): cuBLAS then only scales C by beta.
   RG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas_handle(), op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),
       static_cast<int>(g.k), alpha, g.b, type, static_cast<int>(ld_b), g.b_batch_stride, g.a, type,
-      static_cast<int>(ld_a), g.a_batch_stride, beta, g.c, type, static_cast<int>(g.n),
+      static_cast<int>(ld_a), g.a_batch_stride, beta, g.c, type, static_cast<int>(g.ldc()),
       g.c_batch_stride, static_cast<int>(g.batch), compute, CUBLAS_GEMM_DEFAULT));
 }
 

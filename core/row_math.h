@@ -1,0 +1,156 @@
+// row_math.h — the math of the row-wise fused kernels: layer norm and the
+// three passes of blockwise attention, one row at a time.
+//
+// Like kernel_math.h, every function is RG_HD: the CPU backend calls them from
+// its loops and the CUDA backend from its kernels, so the numbers are tested on
+// every machine even where no GPU can run a kernel. A "row" is one sample of a
+// layer norm (d features) or one query row of an attention tile (cols keys).
+#pragma once
+
+#include "ringgrad/core/kernel_math.h"
+
+namespace ringgrad::math {
+
+// ---- layer norm: y = (x − mean)·rstd·w + b, rstd = 1/√(var + eps) ----
+// x, y: one row of d elements; w, b may be null (no affine part).
+template <typename T>
+RG_HD void layer_norm_row(const T* x, int64_t d, T eps, const T* w, const T* b, T* y, T* mean_out,
+                          T* rstd_out) {
+  T mean = 0;
+  for (int64_t j = 0; j < d; ++j) mean += x[j];
+  mean /= T(d);
+  T var = 0;  // two passes: no cancellation when |mean| ≫ std
+  for (int64_t j = 0; j < d; ++j) var += (x[j] - mean) * (x[j] - mean);
+  var /= T(d);
+  T rstd = rsqrt(var + eps);
+  for (int64_t j = 0; j < d; ++j) {
+    T v = (x[j] - mean) * rstd;
+    if (w) v *= w[j];
+    if (b) v += b[j];
+    y[j] = v;
+  }
+  *mean_out = mean;
+  *rstd_out = rstd;
+}
+
+// dx of one row. With g = dy·w and x̂ = (x − mean)·rstd:
+//   dx = rstd·(g − mean(g) − x̂·mean(g·x̂))
+// (dw and db are column sums of dy·x̂ and dy over the rows; the backends add them up.)
+template <typename T>
+RG_HD void layer_norm_backward_row(const T* dy, const T* x, int64_t d, T mean, T rstd, const T* w,
+                                   T* dx) {
+  T sum_g = 0, sum_gx = 0;
+  for (int64_t j = 0; j < d; ++j) {
+    T g = w ? dy[j] * w[j] : dy[j];
+    sum_g += g;
+    sum_gx += g * (x[j] - mean) * rstd;
+  }
+  T mean_g = sum_g / T(d), mean_gx = sum_gx / T(d);
+  for (int64_t j = 0; j < d; ++j) {
+    T g = w ? dy[j] * w[j] : dy[j];
+    dx[j] = rstd * (g - mean_g - (x[j] - mean) * rstd * mean_gx);
+  }
+}
+
+// ---- attention: one query row of a tile ----
+// What a row needs to score its keys: key j takes part when j < limit (causal;
+// limit = cols otherwise); its score is scale·s[j] + mask[j·mask_stride].
+template <typename T>
+struct AttentionRow {
+  int64_t cols = 0, limit = 0;
+  const T* mask = nullptr;  // null: no mask
+  int64_t mask_stride = 0;
+  T scale = T(1);
+  T dropout_p = T(0);
+  uint64_t seed = 0, counter = 0;  // the dropout counter of key 0 of this row
+};
+
+template <typename T>
+RG_HD T attention_score(const AttentionRow<T>& r, const T* s, int64_t j) {
+  if (j >= r.limit) return T(-INFINITY);
+  T x = r.scale * s[j];
+  if (r.mask) x += r.mask[j * r.mask_stride];
+  return x;
+}
+
+// Dropout's factor for key j: 0 if dropped, 1/(1−p) if kept (1 without dropout).
+template <typename T>
+RG_HD T attention_keep(const AttentionRow<T>& r, int64_t j) {
+  if (r.dropout_p == T(0)) return T(1);
+  return philox_uniform<T>(r.seed, r.counter + uint64_t(j)) >= r.dropout_p
+             ? T(1) / (T(1) - r.dropout_p)
+             : T(0);
+}
+
+// One online-softmax step (Milakov & Gimelshein; FlashAttention): the row's
+// running max m and sum l so far cover earlier key blocks, o is the row's
+// unnormalised output so far (dv elements, stride o_stride). After the call,
+// s[j] = exp(x_j − m)·keep_j, which the caller multiplies into this block's V and
+// adds to o. A row that has seen only masked keys keeps m = −∞, l = 0, o = 0.
+template <typename T>
+RG_HD void attention_row_forward(const AttentionRow<T>& r, T* s, T& m, T& l, T* o, int64_t dv,
+                                 int64_t o_stride) {
+  T block_max = T(-INFINITY);
+  for (int64_t j = 0; j < r.cols; ++j) block_max = maximum(block_max, attention_score(r, s, j));
+  T m_new = maximum(m, block_max);
+  if (m_new == T(-INFINITY)) {  // every key so far is masked
+    for (int64_t j = 0; j < r.cols; ++j) s[j] = T(0);
+    return;
+  }
+  T sum = 0;
+  for (int64_t j = 0; j < r.cols; ++j) {
+    T e = std::exp(attention_score(r, s, j) - m_new);  // exp(−∞) = 0 for masked keys
+    sum += e;
+    s[j] = e * attention_keep(r, j);
+  }
+  T correction = std::exp(m - m_new);  // 0 on the first block (m = −∞)
+  if (correction != T(1))
+    for (int64_t c = 0; c < dv; ++c) o[c * o_stride] *= correction;
+  l = l * correction + sum;
+  m = m_new;
+}
+
+// Backward, first pass: s[j] = P_j = exp(x_j − lse), pd[j] = P_j·keep_j (pd may be null).
+template <typename T>
+RG_HD void attention_row_probs(const AttentionRow<T>& r, T* s, T lse, T* pd) {
+  for (int64_t j = 0; j < r.cols; ++j) {
+    T p = lse == T(-INFINITY) ? T(0) : std::exp(attention_score(r, s, j) - lse);
+    s[j] = p;
+    if (pd) pd[j] = p * attention_keep(r, j);
+  }
+}
+
+// Backward, second pass: dp[j] holds dO·V_jᵀ, the gradient of the dropped-out P.
+// The gradient of the raw score Q·K_jᵀ is scale·P_j·(dp_j·keep_j − D), D = rowsum(dO ⊙ O).
+template <typename T>
+RG_HD void attention_row_grad(const AttentionRow<T>& r, const T* p, T* dp, T dsum) {
+  for (int64_t j = 0; j < r.cols; ++j)
+    dp[j] = r.scale * p[j] * (dp[j] * attention_keep(r, j) - dsum);
+}
+
+// The AttentionRow of row i of tile pair n (= b·heads + h). The tile describes
+// itself through the same fields on every backend (backend.h AttentionTile).
+template <typename T, typename Tile, typename Ref>
+RG_HD AttentionRow<T> attention_row(const Tile& tile, const Ref& mask, int64_t n, int64_t i) {
+  AttentionRow<T> r;
+  r.cols = tile.cols;
+  r.limit = tile.cols;
+  if (tile.causal) {  // key position col_pos + j may not exceed query position row_pos + i
+    int64_t limit = tile.row_pos + i - tile.col_pos + 1;
+    r.limit = limit < 0 ? 0 : (limit < tile.cols ? limit : tile.cols);
+  }
+  if (mask.data) {
+    int64_t b = n / tile.heads, h = n % tile.heads;
+    r.mask = static_cast<const T*>(mask.data) + b * mask.strides[0] + h * mask.strides[1] +
+             i * mask.strides[2];
+    r.mask_stride = mask.strides[3];
+  }
+  r.scale = T(tile.scale);
+  r.dropout_p = T(tile.dropout_p);
+  r.seed = tile.seed;
+  r.counter = tile.offset +
+              uint64_t((n * tile.total_rows + tile.row_pos + i) * tile.total_cols + tile.col_pos);
+  return r;
+}
+
+}  // namespace ringgrad::math

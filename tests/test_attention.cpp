@@ -1,0 +1,214 @@
+// test_attention.cpp — layer_norm and blockwise attention against plain reference
+// formulas, finite-difference gradients, the block pieces ring attention builds on
+// (attention_forward per key block, merge_attention_, backward with global out/lse),
+// and their errors.
+#include <cmath>
+#include <limits>
+
+#include "test_helpers.h"
+
+using test::check_close;
+using test::error_of;
+using test::grad_ok;
+using test::leaf;
+using V = std::vector<rg::Tensor>;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// softmax(scale·q·kᵀ + mask)·v, the whole T×T matrix at once, with ordinary ops.
+rg::Tensor reference_attention(const rg::Tensor& q, const rg::Tensor& k, const rg::Tensor& v,
+                               const rg::Tensor& mask = {}, bool causal = false) {
+  double scale = 1.0 / std::sqrt(double(q.size(-1)));
+  rg::Tensor s = rg::matmul(q, k.transpose(-2, -1)) * scale;
+  if (mask.defined()) s = s + mask;
+  if (causal) {
+    int64_t tq = q.size(-2), tk = k.size(-2);
+    rg::Tensor i = rg::arange(double(tq), {.dtype = rg::kInt64}).view({tq, 1});
+    rg::Tensor j = rg::arange(double(tk), {.dtype = rg::kInt64}).view({1, tk});
+    s = rg::masked_fill(s, j > i, -kInf);
+  }
+  return rg::matmul(rg::softmax(s, -1), v);
+}
+
+rg::Tensor rand64(const rg::Shape& s) { return rg::uniform(s, -1, 1, {.dtype = rg::kFloat64}); }
+
+// Small tiles so that every test crosses several query and key blocks.
+rg::AttentionOptions tiny_tiles(rg::AttentionOptions o = {}) {
+  o.block_q = 3;
+  o.block_k = 4;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("layer_norm: matches the formula, with and without weight and bias") {
+  rg::Tensor x = rand64({4, 6}) * 3.0 + 5.0;
+  rg::Tensor w = rand64({6}), b = rand64({6});
+  rg::Tensor mean = x.mean(-1, true);
+  rg::Tensor var = ((x - mean) * (x - mean)).mean(-1, true);
+  rg::Tensor xhat = (x - mean) / rg::sqrt(var + 1e-5);
+  check_close(rg::layer_norm(x, {6}, w, b), xhat * w + b, 1e-10);
+  check_close(rg::layer_norm(x, {6}), xhat, 1e-10);
+  // Over the last two dims: one mean per leading index.
+  rg::Tensor x3 = rand64({2, 3, 4});
+  rg::Tensor flat = rg::layer_norm(x3.reshape({2, 12}), {12});
+  check_close(rg::layer_norm(x3, {3, 4}), flat.reshape({2, 3, 4}), 1e-10);
+}
+
+TEST_CASE("layer_norm: gradcheck for x, weight and bias, any layout") {
+  grad_ok("layer_norm affine", [](const V& in) { return rg::layer_norm(in[0], {5}, in[1], in[2]); },
+          {leaf({3, 5}), leaf({5}), leaf({5})});
+  grad_ok("layer_norm plain", [](const V& in) { return rg::layer_norm(in[0], {5}); },
+          {leaf({4, 5})});
+  rg::Tensor xt = rg::randn({5, 3}, {.dtype = rg::kFloat64}).t();  // non-contiguous (3, 5)
+  xt.requires_grad_();
+  grad_ok("layer_norm transposed input, 2 normalized dims",
+          [](const V& in) { return rg::layer_norm(in[0].unsqueeze(0), {3, 5}, in[1], in[2]); },
+          {xt, leaf({3, 5}), leaf({3, 5})});
+  grad_ok("layer_norm bias only",
+          [](const V& in) { return rg::layer_norm(in[0], {2, 3}, rg::Tensor(), in[1]); },
+          {leaf({2, 2, 3}), leaf({2, 3})});
+}
+
+TEST_CASE("layer_norm: errors name the shapes") {
+  rg::Tensor x = rg::zeros({2, 6});
+  CHECK_CONTAINS(error_of([&] { rg::layer_norm(x, {5}); }), "trailing dims are normalized_shape [5]");
+  CHECK_CONTAINS(error_of([&] { rg::layer_norm(x, {6}, rg::ones({5})); }),
+                 "expected weight of shape [6], got [5]");
+}
+
+TEST_CASE("attention: blockwise forward equals softmax(QKᵀ/√d)·V, with masks and causal") {
+  rg::Tensor q = rand64({2, 3, 7, 5}), k = rand64({2, 3, 9, 5}), v = rand64({2, 3, 9, 4});
+  rg::Tensor out = rg::scaled_dot_product_attention(q, k, v, tiny_tiles());
+  CHECK_SHAPE(out, {2, 3, 7, 4});
+  check_close(out, reference_attention(q, k, v), 1e-10);
+
+  // Additive mask broadcast over batch and heads (a padding mask: last two keys hidden).
+  std::vector<double> pad(9, 0.0);
+  pad[7] = pad[8] = -kInf;
+  rg::Tensor mask = test::f64(pad, {1, 1, 1, 9});
+  check_close(rg::scaled_dot_product_attention(q, k, v, tiny_tiles({.mask = mask})),
+              reference_attention(q, k, v, mask), 1e-10);
+
+  // Causal, square.
+  rg::Tensor kq = rand64({2, 3, 7, 5}), vq = rand64({2, 3, 7, 4});
+  check_close(rg::scaled_dot_product_attention(q, kq, vq, tiny_tiles({.causal = true})),
+              reference_attention(q, kq, vq, {}, true), 1e-10);
+
+  // Default tiles (one tile) and 3-D input (one head) give the same.
+  check_close(rg::scaled_dot_product_attention(q[0], k[0], v[0]),
+              reference_attention(q[0], k[0], v[0]), 1e-10);
+}
+
+TEST_CASE("attention: gradcheck of q, k, v through several tiles") {
+  grad_ok("sdpa",
+          [](const V& in) { return rg::scaled_dot_product_attention(in[0], in[1], in[2], tiny_tiles()); },
+          {leaf({1, 2, 5, 3}), leaf({1, 2, 6, 3}), leaf({1, 2, 6, 2})});
+  grad_ok("sdpa causal",
+          [](const V& in) {
+            return rg::scaled_dot_product_attention(in[0], in[1], in[2], tiny_tiles({.causal = true}));
+          },
+          {leaf({2, 1, 7, 3}), leaf({2, 1, 7, 3}), leaf({2, 1, 7, 3})});
+  rg::Tensor mask = rand64({2, 1, 5, 6});  // finite, per batch entry, broadcast over heads
+  grad_ok("sdpa masked, explicit scale",
+          [mask](const V& in) {
+            return rg::scaled_dot_product_attention(in[0], in[1], in[2],
+                                                    tiny_tiles({.mask = mask, .scale = 0.7}));
+          },
+          {leaf({2, 2, 5, 3}), leaf({2, 2, 6, 3}), leaf({2, 2, 6, 4})});
+}
+
+TEST_CASE("attention: dropout is seeded, scaled by 1/(1-p), and its backward uses the same mask") {
+  rg::Tensor q = rand64({1, 2, 6, 4}), k = rand64({1, 2, 6, 4}), v = rand64({1, 2, 6, 4});
+  auto run = [&](uint64_t seed) {
+    rg::Generator g(seed);
+    return rg::scaled_dot_product_attention(q, k, v, tiny_tiles({.dropout_p = 0.3, .generator = &g}));
+  };
+  check_close(run(5), run(5), 0);
+  CHECK_FALSE(rg::allclose(run(5), run(6)));
+  // E[dropout(P)] = P: averaged over many seeds the output approaches the plain one.
+  rg::Tensor avg = rg::zeros_like(q);
+  for (uint64_t s = 0; s < 400; ++s) avg = avg + run(s);
+  CHECK(rg::allclose(avg / 400.0, reference_attention(q, k, v), 0, 0.05));
+  grad_ok("sdpa dropout",
+          [](const V& in) {
+            rg::Generator g(11);  // the same mask at every evaluation
+            return rg::scaled_dot_product_attention(
+                in[0], in[1], in[2], tiny_tiles({.dropout_p = 0.25, .generator = &g}));
+          },
+          {leaf({1, 2, 5, 3}), leaf({1, 2, 5, 3}), leaf({1, 2, 5, 3})});
+}
+
+TEST_CASE("attention: fully masked rows give 0 and lse = -inf, without NaN") {
+  rg::Tensor q = rand64({1, 1, 3, 2}), k = rand64({1, 1, 4, 2}), v = rand64({1, 1, 4, 2});
+  rg::Tensor mask = rg::zeros({1, 1, 3, 4}, {.dtype = rg::kFloat64});
+  mask.select(2, 1).fill_(-kInf);  // query 1 sees nothing
+  rg::AttentionOutput r = rg::attention_forward(q, k, v, tiny_tiles({.mask = mask}));
+  check_close(r.out.select(2, 1), {0.0, 0.0});
+  CHECK(r.lse.select(2, 1).item() == -kInf);
+  check_close(r.out.select(2, 0), reference_attention(q, k, v).select(2, 0), 1e-10);
+  // A causal block entirely in the future of every query.
+  rg::AttentionOutput f =
+      rg::attention_forward(q, k, v, tiny_tiles({.causal = true, .q_offset = 0, .k_offset = 10}));
+  check_close(f.out, std::vector<double>(6, 0.0));
+}
+
+TEST_CASE("attention: per key block + merge_attention_ == whole; backward with global out/lse") {
+  // What ring attention does: each key block separately, merged; then each block's
+  // dk/dv from the global (out, lse).
+  rg::Tensor q = rand64({2, 2, 6, 3}), k = rand64({2, 2, 8, 3}), v = rand64({2, 2, 8, 4});
+  rg::AttentionOptions causal = tiny_tiles({.causal = true, .q_offset = 2});
+  rg::AttentionOutput whole = rg::attention_forward(q, k, v, causal);
+  rg::AttentionOptions first = causal, second = causal;
+  second.k_offset = 4;
+  rg::AttentionOutput a = rg::attention_forward(q, k.narrow(2, 0, 4), v.narrow(2, 0, 4), first);
+  rg::AttentionOutput b = rg::attention_forward(q, k.narrow(2, 4, 4), v.narrow(2, 4, 4), second);
+  rg::merge_attention_(a.out, a.lse, b.out, b.lse);
+  check_close(a.out, whole.out, 1e-10);
+  check_close(a.lse, whole.lse, 1e-10);
+
+  rg::Tensor dout = rand64({2, 2, 6, 4});
+  rg::AttentionGrads g = rg::attention_backward(q, k, v, whole.out, whole.lse, dout, causal);
+  rg::AttentionGrads g1 = rg::attention_backward(q, k.narrow(2, 0, 4), v.narrow(2, 0, 4),
+                                                 whole.out, whole.lse, dout, first);
+  rg::AttentionGrads g2 = rg::attention_backward(q, k.narrow(2, 4, 4), v.narrow(2, 4, 4),
+                                                 whole.out, whole.lse, dout, second);
+  check_close(g1.dq + g2.dq, g.dq, 1e-10);
+  check_close(rg::cat({g1.dk, g2.dk}, 2), g.dk, 1e-10);
+  check_close(rg::cat({g1.dv, g2.dv}, 2), g.dv, 1e-10);
+
+  // And those equal autograd through the reference formula (with the offsets' causal mask).
+  rg::Tensor ql = q.clone().requires_grad_(), kl = k.clone().requires_grad_(),
+             vl = v.clone().requires_grad_();
+  rg::Tensor i = rg::arange(6.0, {.dtype = rg::kInt64}).view({6, 1}) + 2;
+  rg::Tensor j = rg::arange(8.0, {.dtype = rg::kInt64}).view({1, 8});
+  rg::Tensor mask = rg::masked_fill(rg::zeros({6, 8}, {.dtype = rg::kFloat64}), j > i, -kInf);
+  (reference_attention(ql, kl, vl, mask) * dout).sum().backward();
+  check_close(g.dq, ql.grad(), 1e-10);
+  check_close(g.dk, kl.grad(), 1e-10);
+  check_close(g.dv, vl.grad(), 1e-10);
+}
+
+TEST_CASE("attention: float32 matches float64") {
+  rg::Tensor q = rand64({2, 4, 33, 16}), k = rand64({2, 4, 40, 16}), v = rand64({2, 4, 40, 16});
+  rg::Tensor want = rg::scaled_dot_product_attention(q, k, v, {.causal = true});
+  rg::Tensor got = rg::scaled_dot_product_attention(q.to(rg::kFloat32), k.to(rg::kFloat32),
+                                                    v.to(rg::kFloat32), {.causal = true});
+  CHECK(rg::allclose(got.to(rg::kFloat64), want, 1e-4, 1e-5));
+}
+
+TEST_CASE("attention: errors name the shapes") {
+  rg::Tensor q = rg::zeros({1, 2, 3, 4}), k = rg::zeros({1, 2, 5, 4}), v = rg::zeros({1, 2, 5, 6});
+  CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(q, k.narrow(3, 0, 3), v); }),
+                 "expected q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), got q [1, 2, 3, 4], k [1, 2, 5, 3]");
+  CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(q, k, v, {.mask = rg::zeros({3, 4})}); }),
+                 "expected broadcastable shapes, got [3, 4] and [1, 2, 3, 5]");
+  CHECK_CONTAINS(error_of([&] {
+                   rg::scaled_dot_product_attention(q, k, v, {.mask = rg::zeros({3, 5}, {.dtype = rg::kBool})});
+                 }),
+                 "expected an additive mask of dtype float32");
+  CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(q, k, v, {.dropout_p = 1.0}); }),
+                 "expected 0 <= dropout_p < 1, got 1");
+}
