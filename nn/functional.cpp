@@ -1,6 +1,8 @@
 // functional.cpp — linear, dropout and the losses, written with Tensor ops only.
 #include "ringgrad/nn/functional.h"
 
+#include <utility>
+
 #include "ringgrad/autograd/function.h"
 
 namespace ringgrad::nn {
@@ -69,6 +71,23 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
            shape_str(target.shape()));
   Tensor d = input - target;
   return reduce(d * d, reduction, Tensor());
+}
+
+namespace {
+AttentionImpl& attention_impl() {
+  static AttentionImpl impl;  // empty: the local blockwise kernel
+  return impl;
+}
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                 const AttentionOptions& options) {
+  const AttentionImpl& impl = attention_impl();
+  return impl ? impl(q, k, v, options) : scaled_dot_product_attention(q, k, v, options);
+}
+
+AttentionImpl set_attention_impl(AttentionImpl impl) {
+  return std::exchange(attention_impl(), std::move(impl));
 }
 
 }  // namespace ringgrad::nn

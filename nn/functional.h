@@ -4,6 +4,9 @@
 //   rg::Tensor loss = rg::nn::cross_entropy(logits, labels, {.label_smoothing = 0.1});
 #pragma once
 
+#include <functional>
+
+#include "ringgrad/core/attention.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/ops.h"
 
@@ -28,5 +31,16 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
 
 // (input - target)², reduced.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// Attention as every nn layer calls it: q (B, H, Tq, D), k/v (B, H, Tk, ·) -> (B, H, Tq, Dv).
+// By default the local blockwise scaled_dot_product_attention (core/attention.h);
+// parallel::context_parallel installs ring attention for its scope, so model code
+// does not change when the sequence is sharded across ranks.
+using AttentionImpl = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const AttentionOptions& options)>;
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                 const AttentionOptions& options = {});
+// Installs `impl` (an empty function restores the default); returns the previous one.
+AttentionImpl set_attention_impl(AttentionImpl impl);
 
 }  // namespace ringgrad::nn

@@ -39,4 +39,10 @@ void kaiming_uniform_(Tensor& t, double a, Generator* gen) {
   uniform_(t, -bound, bound, gen);
 }
 
+void xavier_uniform_(Tensor& t, double gain, Generator* gen) {
+  int64_t in = fan_in(t), out = t.numel() / t.size(1);  // out × receptive field
+  double bound = gain * std::sqrt(6.0 / static_cast<double>(in + out));
+  uniform_(t, -bound, bound, gen);
+}
+
 }  // namespace ringgrad::nn::init

@@ -17,6 +17,8 @@ void zeros_(Tensor& t);
 void ones_(Tensor& t);
 // U(-b, b) with b = gain·√(3 / fan_in), gain = √(2 / (1 + a²)) (torch.nn.init.kaiming_uniform_).
 void kaiming_uniform_(Tensor& t, double a = 0.0, Generator* gen = nullptr);
+// U(-b, b) with b = gain·√(6 / (fan_in + fan_out)) (torch.nn.init.xavier_uniform_).
+void xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 // fan_in of a weight (out, in, …): in × receptive field.
 int64_t fan_in(const Tensor& weight);
 

@@ -1,9 +1,10 @@
-// layers.cpp — Linear, GELU, Dropout, Sequential.
+// layers.cpp — Linear, GELU, Dropout, Sequential, LayerNorm, Embedding, positional encodings.
 #include "ringgrad/nn/layers.h"
 
 #include <cmath>
 #include <sstream>
 
+#include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/nn/functional.h"
 #include "ringgrad/nn/init.h"
@@ -69,6 +70,127 @@ Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
   for (auto& layer : layers_) h = layer->forward(h);
   return h;
+}
+
+LayerNorm::LayerNorm(int64_t normalized_size, double eps_, bool elementwise_affine, bool has_bias)
+    : LayerNorm(Shape{normalized_size}, eps_, elementwise_affine, has_bias) {}
+
+LayerNorm::LayerNorm(Shape shape, double eps_, bool elementwise_affine, bool has_bias)
+    : normalized_shape(std::move(shape)), eps(eps_) {
+  RG_CHECK(!normalized_shape.empty() && numel_of(normalized_shape) > 0, "LayerNorm",
+           "expected a non-empty normalized_shape, got ", shape_str(normalized_shape));
+  if (elementwise_affine) {
+    weight = register_parameter("weight", ones(normalized_shape));
+    if (has_bias) bias = register_parameter("bias", zeros(normalized_shape));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, normalized_shape, weight, bias, eps);
+}
+
+std::string LayerNorm::describe() const {
+  std::ostringstream os;
+  os << "LayerNorm(" << shape_str(normalized_shape) << ", eps=" << eps
+     << ", elementwise_affine=" << (weight.defined() ? "true" : "false") << ")";
+  return os.str();
+}
+
+Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> pad)
+    : num_embeddings(num), embedding_dim(dim), padding_idx(pad) {
+  RG_CHECK(num > 0 && dim > 0, "Embedding", "expected positive sizes, got num_embeddings=", num,
+           " and embedding_dim=", dim);
+  if (pad) {
+    RG_CHECK(*pad >= -num && *pad < num, "Embedding", "expected padding_idx in [", -num, ", ",
+             num, "), got ", *pad);
+    if (*pad < 0) padding_idx = *pad + num;
+  }
+  weight = register_parameter("weight", randn({num, dim}));
+  if (padding_idx) {
+    NoGradGuard no_grad;
+    weight.select(0, *padding_idx).zero_();
+  }
+}
+
+Tensor Embedding::forward(const Tensor& indices) {
+  RG_CHECK(indices.dtype() == kInt64, "Embedding", "expected int64 indices, got ",
+           indices.dtype());
+  Shape out_shape = indices.shape();
+  out_shape.push_back(embedding_dim);
+  Tensor rows = index_select(weight, 0, indices.reshape({-1})).view(out_shape);
+  if (!padding_idx) return rows;
+  // Zero where the index is padding: the output is 0 there and no gradient reaches the row.
+  Tensor keep = (indices != full({}, double(*padding_idx), {.dtype = kInt64,
+                                                          .device = indices.device()}));
+  return rows * keep.to(weight.dtype()).unsqueeze(-1);
+}
+
+std::string Embedding::describe() const {
+  std::ostringstream os;
+  os << "Embedding(" << num_embeddings << ", " << embedding_dim;
+  if (padding_idx) os << ", padding_idx=" << *padding_idx;
+  os << ")";
+  return os.str();
+}
+
+namespace {
+
+// x (T, B, E) or (B, T, E): the positions are dim 0 or 1; table (max_len, E).
+Tensor add_positions(const Tensor& x, const Tensor& table, bool batch_first, const char* who) {
+  int64_t e = table.size(1), max_len = table.size(0);
+  RG_CHECK(x.dim() == 3 && x.size(2) == e, who, "expected input (", batch_first ? "B, T" : "T, B",
+           ", ", e, "), got ", shape_str(x.shape()));
+  int64_t t = x.size(batch_first ? 1 : 0);
+  RG_CHECK(t <= max_len, who, "expected at most max_len=", max_len, " positions, got ", t);
+  Tensor pos = table.narrow(0, 0, t);  // (T, E)
+  return x + (batch_first ? pos.unsqueeze(0) : pos.unsqueeze(1));
+}
+
+}  // namespace
+
+PositionalEncoding::PositionalEncoding(int64_t d_model, PositionalEncodingOptions options)
+    : d_model_(d_model), options_(options), dropout_(options.dropout) {
+  RG_CHECK(d_model > 0 && options.max_len > 0, "PositionalEncoding",
+           "expected positive d_model and max_len, got ", d_model, " and ", options.max_len);
+  std::vector<float> table(size_t(options.max_len * d_model));
+  for (int64_t pos = 0; pos < options.max_len; ++pos)
+    for (int64_t i = 0; i < d_model; i += 2) {
+      double angle = double(pos) * std::exp(-std::log(10000.0) * double(i) / double(d_model));
+      table[pos * d_model + i] = float(std::sin(angle));
+      if (i + 1 < d_model) table[pos * d_model + i + 1] = float(std::cos(angle));
+    }
+  pe_ = register_buffer("pe", from_vector(table, {options.max_len, d_model}));
+  register_module("dropout", dropout_);
+}
+
+Tensor PositionalEncoding::forward(const Tensor& x) {
+  return dropout_(add_positions(x, pe_, options_.batch_first, "PositionalEncoding"));
+}
+
+std::string PositionalEncoding::describe() const {
+  std::ostringstream os;
+  os << "PositionalEncoding(d_model=" << d_model_ << ", max_len=" << options_.max_len << ")";
+  return os.str();
+}
+
+LearnedPositionalEncoding::LearnedPositionalEncoding(int64_t d_model,
+                                                     PositionalEncodingOptions options)
+    : d_model_(d_model), options_(options), dropout_(options.dropout) {
+  RG_CHECK(d_model > 0 && options.max_len > 0, "LearnedPositionalEncoding",
+           "expected positive d_model and max_len, got ", d_model, " and ", options.max_len);
+  weight = register_parameter("weight", normal({options.max_len, d_model}, 0.0, 0.02));
+  register_module("dropout", dropout_);
+}
+
+Tensor LearnedPositionalEncoding::forward(const Tensor& x) {
+  return dropout_(add_positions(x, weight, options_.batch_first, "LearnedPositionalEncoding"));
+}
+
+std::string LearnedPositionalEncoding::describe() const {
+  std::ostringstream os;
+  os << "LearnedPositionalEncoding(d_model=" << d_model_ << ", max_len=" << options_.max_len
+     << ")";
+  return os.str();
 }
 
 }  // namespace ringgrad::nn

@@ -1,4 +1,5 @@
-// layers.h — the basic layers: Linear, ReLU, GELU, Dropout, Sequential.
+// layers.h — the basic layers: Linear, ReLU, GELU, Dropout, Sequential, LayerNorm,
+// Embedding and the positional encodings (the attention layers: transformer.h).
 //
 //   rg::nn::Sequential mlp;
 //   mlp.add(std::make_shared<rg::nn::Linear>(784, 256));
@@ -8,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "ringgrad/core/ops.h"
@@ -64,6 +66,74 @@ class Sequential : public Module {
 
  private:
   std::vector<std::shared_ptr<Module>> layers_;
+};
+
+// Normalises each sample over its trailing dims (normalized_shape), then scales and
+// shifts by learned weight (ones) and bias (zeros) when elementwise_affine.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true,
+                     bool bias = true);
+  LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+            bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+
+  Shape normalized_shape;
+  double eps;
+  Tensor weight, bias;  // undefined without elementwise_affine (bias also without bias)
+};
+
+// A lookup table: indices (any shape, int64) -> rows of weight (num_embeddings,
+// embedding_dim), initialised N(0, 1) like PyTorch. With padding_idx, that row
+// starts at zero, looks up as zero and gets no gradient.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim,
+            std::optional<int64_t> padding_idx = std::nullopt);
+  Tensor forward(const Tensor& indices) override;  // (…) -> (…, embedding_dim)
+  std::string describe() const override;
+
+  int64_t num_embeddings, embedding_dim;
+  std::optional<int64_t> padding_idx;
+  Tensor weight;
+};
+
+struct PositionalEncodingOptions {
+  double dropout = 0.1;
+  int64_t max_len = 5000;
+  bool batch_first = false;  // x is (T, B, E) by default, (B, T, E) when true
+};
+
+// x + PE[position], then dropout: the sinusoids of "Attention Is All You Need",
+//   PE[pos, 2i] = sin(pos / 10000^(2i/E)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/E)),
+// a buffer "pe" (max_len, E), not trained.
+class PositionalEncoding : public Module {
+ public:
+  explicit PositionalEncoding(int64_t d_model, PositionalEncodingOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+
+ private:
+  int64_t d_model_;
+  PositionalEncodingOptions options_;
+  Tensor pe_;
+  Dropout dropout_;
+};
+
+// x + P[position], then dropout, with P (max_len, E) a trained parameter
+// ("weight", initialised N(0, 0.02) as in GPT-2).
+class LearnedPositionalEncoding : public Module {
+ public:
+  explicit LearnedPositionalEncoding(int64_t d_model, PositionalEncodingOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  Tensor weight;
+
+ private:
+  int64_t d_model_;
+  PositionalEncodingOptions options_;
+  Dropout dropout_;
 };
 
 }  // namespace ringgrad::nn

@@ -229,4 +229,11 @@ void load(Optimizer& optimizer, const std::string& path) {
   optimizer.load_state_dict(state, metadata);
 }
 
+std::vector<std::pair<std::vector<Tensor>, GroupOptions>> weight_decay_groups(
+    const NamedTensors& named_parameters, double weight_decay) {
+  std::vector<Tensor> decay, no_decay;
+  for (const auto& [name, p] : named_parameters) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  return {{decay, {.weight_decay = weight_decay}}, {no_decay, {.weight_decay = 0.0}}};
+}
+
 }  // namespace ringgrad::optim

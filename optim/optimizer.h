@@ -112,6 +112,12 @@ class AdamW : public Adam {
         AdamOptions options = {.weight_decay = 0.01});
 };
 
+// Two groups for AdamW, the usual transformer recipe: weight matrices (and other
+// parameters of 2+ dims: embeddings) decay by weight_decay; biases and norm weights
+// (1-D) do not. Pass model.named_parameters().
+std::vector<std::pair<std::vector<Tensor>, GroupOptions>> weight_decay_groups(
+    const NamedTensors& named_parameters, double weight_decay);
+
 // Scales all gradients so their global L2 norm is at most max_norm; returns the
 // norm before clipping (torch.nn.utils.clip_grad_norm_).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);

@@ -1,0 +1,322 @@
+// transformer.cpp — MultiheadAttention, the encoder/decoder layers and stacks, Transformer.
+//
+// Written with Tensor ops and nn::attention only (which runs the blockwise kernel,
+// or ring attention inside a context_parallel region): nothing here knows the device.
+#include "ringgrad/nn/transformer.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/nn/functional.h"
+#include "ringgrad/nn/init.h"
+
+namespace ringgrad::nn {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A bool mask (true = hidden) becomes 0/−∞; a float mask is used as it is.
+Tensor additive(const Tensor& mask, DType dtype, const char* what) {
+  if (mask.dtype() == kBool)
+    return where(mask, full({}, -kInf, {.dtype = dtype, .device = mask.device()}),
+                 zeros({}, {.dtype = dtype, .device = mask.device()}));
+  RG_CHECK(mask.dtype() == dtype, "MultiheadAttention", "expected ", what,
+           " of dtype bool or ", dtype, ", got ", mask.dtype());
+  return mask;
+}
+
+// attn_mask and key_padding_mask as one additive mask broadcastable to (B, H, Tq, Tk).
+Tensor combined_mask(const AttentionMasks& m, int64_t b, int64_t h, int64_t tq, int64_t tk,
+                     DType dtype) {
+  Tensor mask;
+  if (m.attn_mask.defined()) {
+    const Tensor& a = m.attn_mask;
+    bool ok2 = a.dim() == 2 && a.size(0) == tq && a.size(1) == tk;
+    bool ok3 = a.dim() == 3 && a.size(0) == b * h && a.size(1) == tq && a.size(2) == tk;
+    RG_CHECK(ok2 || ok3, "MultiheadAttention", "expected attn_mask (Tq, Tk) = ",
+             shape_str({tq, tk}), " or (B·num_heads, Tq, Tk) = ", shape_str({b * h, tq, tk}),
+             ", got ", shape_str(a.shape()));
+    mask = additive(a, dtype, "attn_mask").view({ok2 ? 1 : b, ok2 ? 1 : h, tq, tk});
+  }
+  if (m.key_padding_mask.defined()) {
+    const Tensor& k = m.key_padding_mask;
+    RG_CHECK(k.dim() == 2 && k.size(0) == b && k.size(1) == tk, "MultiheadAttention",
+             "expected key_padding_mask (B, Tk) = ", shape_str({b, tk}), ", got ",
+             shape_str(k.shape()));
+    Tensor kp = additive(k, dtype, "key_padding_mask").view({b, 1, 1, tk});
+    mask = mask.defined() ? mask + kp : kp;
+  }
+  return mask;
+}
+
+Tensor activate(const Tensor& x, Activation a) {
+  return a == Activation::ReLU ? relu(x) : gelu(x);
+}
+
+}  // namespace
+
+// ---- MultiheadAttention ----
+
+MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, MultiheadAttentionOptions options)
+    : embed_dim(e), num_heads(h), head_dim(h > 0 ? e / h : 0), out_proj(e > 0 ? e : 1, e > 0 ? e : 1, options.bias), options_(options) {
+  RG_CHECK(e > 0 && h > 0 && e % h == 0, "MultiheadAttention",
+           "expected embed_dim divisible by num_heads, got embed_dim=", e, " and num_heads=", h);
+  in_proj_weight = register_parameter("in_proj_weight", empty({3 * e, e}));
+  if (options.bias) in_proj_bias = register_parameter("in_proj_bias", empty({3 * e}));
+  register_module("out_proj", out_proj);
+  reset_parameters();
+}
+
+void MultiheadAttention::reset_parameters() {
+  init::xavier_uniform_(in_proj_weight);
+  if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
+  if (out_proj.bias.defined()) init::zeros_(out_proj.bias);
+}
+
+Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                   const AttentionMasks& masks) {
+  const char* who = "MultiheadAttention";
+  const bool bf = options_.batch_first;
+  for (const Tensor* t : {&query, &key, &value})
+    RG_CHECK(t->dim() == 3 && t->size(2) == embed_dim, who, "expected ",
+             bf ? "(B, T, E)" : "(T, B, E)", " inputs with E = ", embed_dim, ", got query ",
+             shape_str(query.shape()), ", key ", shape_str(key.shape()), ", value ",
+             shape_str(value.shape()));
+  // Work in (B, T, E).
+  Tensor q = bf ? query : query.transpose(0, 1);
+  Tensor k = bf ? key : key.transpose(0, 1);
+  Tensor v = bf ? value : value.transpose(0, 1);
+  const int64_t b = q.size(0), tq = q.size(1), tk = k.size(1), e = embed_dim, h = num_heads;
+  RG_CHECK(k.size(0) == b && v.size(0) == b && v.size(1) == tk, who,
+           "expected key and value with the query's batch size and one length, got query ",
+           shape_str(query.shape()), ", key ", shape_str(key.shape()), ", value ",
+           shape_str(value.shape()));
+
+  // Projections: rows [i·E, (i+n)·E) of the stacked in_proj weight. Self-attention
+  // (one tensor for all three) runs one GEMM for q, k and v together.
+  auto project = [&](const Tensor& x, int64_t first, int64_t count) {
+    Tensor w = in_proj_weight.narrow(0, first * e, count * e);
+    Tensor bias = in_proj_bias.defined() ? in_proj_bias.narrow(0, first * e, count * e) : Tensor();
+    return linear(x, w, bias);
+  };
+  Tensor Q, K, V;
+  if (query.impl_ptr() == key.impl_ptr() && key.impl_ptr() == value.impl_ptr()) {
+    std::vector<Tensor> qkv = chunk(project(q, 0, 3), 3, -1);
+    Q = qkv[0], K = qkv[1], V = qkv[2];
+  } else if (key.impl_ptr() == value.impl_ptr()) {
+    Q = project(q, 0, 1);
+    std::vector<Tensor> kv = chunk(project(k, 1, 2), 2, -1);
+    K = kv[0], V = kv[1];
+  } else {
+    Q = project(q, 0, 1), K = project(k, 1, 1), V = project(v, 2, 1);
+  }
+  // (B, T, E) -> (B, H, T, D)
+  auto heads = [&](const Tensor& x, int64_t t) {
+    return x.reshape({b, t, h, head_dim}).transpose(1, 2);
+  };
+  AttentionOptions opts;
+  opts.mask = combined_mask(masks, b, h, tq, tk, q.dtype());
+  opts.causal = masks.is_causal;
+  opts.dropout_p = is_training() ? options_.dropout : 0.0;
+  Tensor out = attention(heads(Q, tq), heads(K, tk), heads(V, tk), opts);  // (B, H, Tq, D)
+  out = out_proj(out.transpose(1, 2).reshape({b, tq, e}));
+  return bf ? out : out.transpose(0, 1);
+}
+
+std::string MultiheadAttention::describe() const {
+  std::ostringstream os;
+  os << "MultiheadAttention(embed_dim=" << embed_dim << ", num_heads=" << num_heads
+     << ", dropout=" << options_.dropout << ", batch_first=" << (options_.batch_first ? "true" : "false") << ")";
+  return os.str();
+}
+
+// ---- TransformerEncoderLayer ----
+
+TransformerEncoderLayer::TransformerEncoderLayer(int64_t d, int64_t n, TransformerLayerOptions o)
+    : d_model(d),
+      nhead(n),
+      options(o),
+      self_attn(d, n, {.dropout = o.dropout, .bias = o.bias, .batch_first = o.batch_first}),
+      linear1(d, o.dim_feedforward, o.bias),
+      linear2(o.dim_feedforward, d, o.bias),
+      dropout(o.dropout),
+      dropout1(o.dropout),
+      dropout2(o.dropout),
+      norm1(d, o.layer_norm_eps, true, o.bias),
+      norm2(d, o.layer_norm_eps, true, o.bias) {
+  register_module("self_attn", self_attn);
+  register_module("linear1", linear1);
+  register_module("dropout", dropout);
+  register_module("linear2", linear2);
+  register_module("norm1", norm1);
+  register_module("norm2", norm2);
+  register_module("dropout1", dropout1);
+  register_module("dropout2", dropout2);
+}
+
+Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const AttentionMasks& m) {
+  return dropout1(self_attn(x, x, x, m));
+}
+
+Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
+  return dropout2(linear2(dropout(activate(linear1(x), options.activation))));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks) {
+  Tensor x = src;
+  if (options.norm_first) {
+    x = x + self_attention_block(norm1(x), masks);
+    x = x + feed_forward_block(norm2(x));
+  } else {
+    x = norm1(x + self_attention_block(x, masks));
+    x = norm2(x + feed_forward_block(x));
+  }
+  return x;
+}
+
+// ---- TransformerDecoderLayer ----
+
+TransformerDecoderLayer::TransformerDecoderLayer(int64_t d, int64_t n, TransformerLayerOptions o)
+    : d_model(d),
+      nhead(n),
+      options(o),
+      self_attn(d, n, {.dropout = o.dropout, .bias = o.bias, .batch_first = o.batch_first}),
+      multihead_attn(d, n, {.dropout = o.dropout, .bias = o.bias, .batch_first = o.batch_first}),
+      linear1(d, o.dim_feedforward, o.bias),
+      linear2(o.dim_feedforward, d, o.bias),
+      dropout(o.dropout),
+      dropout1(o.dropout),
+      dropout2(o.dropout),
+      dropout3(o.dropout),
+      norm1(d, o.layer_norm_eps, true, o.bias),
+      norm2(d, o.layer_norm_eps, true, o.bias),
+      norm3(d, o.layer_norm_eps, true, o.bias) {
+  register_module("self_attn", self_attn);
+  register_module("multihead_attn", multihead_attn);
+  register_module("linear1", linear1);
+  register_module("dropout", dropout);
+  register_module("linear2", linear2);
+  register_module("norm1", norm1);
+  register_module("norm2", norm2);
+  register_module("norm3", norm3);
+  register_module("dropout1", dropout1);
+  register_module("dropout2", dropout2);
+  register_module("dropout3", dropout3);
+}
+
+Tensor TransformerDecoderLayer::feed_forward_block(const Tensor& x) {
+  return dropout3(linear2(dropout(activate(linear1(x), options.activation))));
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
+                                        const DecoderMasks& masks) {
+  auto self_block = [&](const Tensor& x) { return dropout1(self_attn(x, x, x, masks.tgt)); };
+  auto cross_block = [&](const Tensor& x) {
+    return dropout2(multihead_attn(x, memory, memory, masks.memory));
+  };
+  Tensor x = tgt;
+  if (options.norm_first) {
+    x = x + self_block(norm1(x));
+    x = x + cross_block(norm2(x));
+    x = x + feed_forward_block(norm3(x));
+  } else {
+    x = norm1(x + self_block(x));
+    x = norm2(x + cross_block(x));
+    x = norm3(x + feed_forward_block(x));
+  }
+  return x;
+}
+
+// ---- the stacks ----
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers,
+                                       bool final_norm) {
+  RG_CHECK(num_layers >= 0, "TransformerEncoder", "expected num_layers >= 0, got ", num_layers);
+  auto list = std::make_shared<Sequential>();  // a container: children "0", "1", …
+  for (int64_t i = 0; i < num_layers; ++i) {
+    layers.push_back(std::make_shared<TransformerEncoderLayer>(layer.d_model, layer.nhead, layer.options));
+    list->add(layers.back());
+  }
+  register_module("layers", list);
+  if (final_norm) {
+    norm = std::make_shared<LayerNorm>(layer.d_model, layer.options.layer_norm_eps, true,
+                                       layer.options.bias);
+    register_module("norm", norm);
+  }
+}
+
+Tensor TransformerEncoder::forward(const Tensor& src, const AttentionMasks& masks) {
+  Tensor x = src;
+  for (auto& layer : layers) x = layer->forward(x, masks);
+  return norm ? norm->forward(x) : x;
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
+                                       bool final_norm) {
+  RG_CHECK(num_layers >= 0, "TransformerDecoder", "expected num_layers >= 0, got ", num_layers);
+  auto list = std::make_shared<Sequential>();
+  for (int64_t i = 0; i < num_layers; ++i) {
+    layers.push_back(std::make_shared<TransformerDecoderLayer>(layer.d_model, layer.nhead, layer.options));
+    list->add(layers.back());
+  }
+  register_module("layers", list);
+  if (final_norm) {
+    norm = std::make_shared<LayerNorm>(layer.d_model, layer.options.layer_norm_eps, true,
+                                       layer.options.bias);
+    register_module("norm", norm);
+  }
+}
+
+Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
+                                   const DecoderMasks& masks) {
+  Tensor x = tgt;
+  for (auto& layer : layers) x = layer->forward(x, memory, masks);
+  return norm ? norm->forward(x) : x;
+}
+
+// ---- Transformer ----
+
+Transformer::Transformer(TransformerOptions o) : options(o) {
+  TransformerLayerOptions lo{.dim_feedforward = o.dim_feedforward,
+                             .dropout = o.dropout,
+                             .activation = o.activation,
+                             .layer_norm_eps = o.layer_norm_eps,
+                             .batch_first = o.batch_first,
+                             .norm_first = o.norm_first,
+                             .bias = o.bias};
+  encoder = std::make_unique<TransformerEncoder>(TransformerEncoderLayer(o.d_model, o.nhead, lo),
+                                                 o.num_encoder_layers, true);
+  decoder = std::make_unique<TransformerDecoder>(TransformerDecoderLayer(o.d_model, o.nhead, lo),
+                                                 o.num_decoder_layers, true);
+  register_module("encoder", *encoder);
+  register_module("decoder", *decoder);
+  for (Tensor& p : parameters())  // torch.nn.Transformer._reset_parameters
+    if (p.dim() > 1) init::xavier_uniform_(p);
+}
+
+Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const TransformerMasks& m) {
+  const int64_t batch_dim = options.batch_first ? 0 : 1;
+  RG_CHECK(src.dim() == 3 && tgt.dim() == 3 && src.size(batch_dim) == tgt.size(batch_dim) &&
+               src.size(2) == options.d_model && tgt.size(2) == options.d_model,
+           "Transformer", "expected src and tgt ", options.batch_first ? "(B, S, E)" : "(S, B, E)",
+           " with one batch size and E = d_model = ", options.d_model, ", got src ",
+           shape_str(src.shape()), " and tgt ", shape_str(tgt.shape()));
+  Tensor memory = encoder->forward(src, {m.src_mask, m.src_key_padding_mask, m.src_is_causal});
+  return decoder->forward(
+      tgt, memory,
+      {.tgt = {m.tgt_mask, m.tgt_key_padding_mask, m.tgt_is_causal},
+       .memory = {m.memory_mask, m.memory_key_padding_mask, m.memory_is_causal}});
+}
+
+Tensor generate_square_subsequent_mask(int64_t sz, TensorOptions options) {
+  Tensor i = arange(double(sz), {.dtype = kInt64}).view({sz, 1});
+  Tensor j = arange(double(sz), {.dtype = kInt64}).view({1, sz});
+  TensorOptions o = options;
+  if (!o.dtype) o.dtype = kFloat32;
+  return masked_fill(zeros({sz, sz}, o), (j > i).to(o.device), -kInf);
+}
+
+}  // namespace ringgrad::nn

@@ -1,0 +1,160 @@
+// transformer.h — MultiheadAttention and the Transformer stacks of torch.nn.
+//
+//   rg::nn::Transformer model({.d_model = 512, .nhead = 8});     // torch.nn.Transformer(512, 8)
+//   rg::Tensor out = model.forward(src, tgt, {.tgt_is_causal = true});
+//
+// Same argument names, defaults and parameter names as torch.nn (so a state_dict
+// moves between the two through safetensors): inputs are (T, B, E) unless
+// batch_first; post-norm unless norm_first; attn_mask may be bool (true = may NOT
+// attend) or float (added to the scores), shaped (Tq, Tk) or (B·H, Tq, Tk);
+// key_padding_mask (B, Tk) is bool (true = padding, ignored) or float.
+// Differences: attention weights are never materialised (attention runs blockwise,
+// so there is no need_weights), and kdim/vdim ≠ embed_dim are not supported.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "ringgrad/nn/layers.h"
+
+namespace ringgrad::nn {
+
+enum class Activation { ReLU, GELU };
+
+struct MultiheadAttentionOptions {
+  double dropout = 0.0;  // on the attention weights, while training
+  bool bias = true;
+  bool batch_first = false;
+};
+
+struct AttentionMasks {
+  Tensor attn_mask = {};         // (Tq, Tk) or (B·H, Tq, Tk); bool or float
+  Tensor key_padding_mask = {};  // (B, Tk); bool or float
+  bool is_causal = false;        // hide later keys (no mask tensor is built)
+};
+
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionOptions options = {});
+  // query (Tq, B, E), key/value (Tk, B, E) (batch first: (B, T, E)) -> (Tq, B, E).
+  Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                 const AttentionMasks& masks = {});
+  Tensor operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                    const AttentionMasks& masks = {}) {
+    return forward(query, key, value, masks);
+  }
+  std::string describe() const override;
+  void reset_parameters();  // torch's: xavier_uniform_ in_proj, zero biases
+
+  int64_t embed_dim, num_heads, head_dim;
+  Tensor in_proj_weight, in_proj_bias;  // (3E, E), (3E): q, k, v projections stacked
+  Linear out_proj;
+
+ private:
+  MultiheadAttentionOptions options_;
+};
+
+struct TransformerLayerOptions {
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  Activation activation = Activation::ReLU;
+  double layer_norm_eps = 1e-5;
+  bool batch_first = false;
+  bool norm_first = false;  // pre-norm: x + f(norm(x)); post-norm (default): norm(x + f(x))
+  bool bias = true;
+};
+
+// Self-attention then feed-forward, each with a residual connection and LayerNorm.
+class TransformerEncoderLayer : public Module {
+ public:
+  TransformerEncoderLayer(int64_t d_model, int64_t nhead, TransformerLayerOptions options = {});
+  Tensor forward(const Tensor& src) override { return forward(src, AttentionMasks{}); }
+  Tensor forward(const Tensor& src, const AttentionMasks& src_masks);
+
+  int64_t d_model, nhead;
+  TransformerLayerOptions options;
+  MultiheadAttention self_attn;
+  Linear linear1, linear2;
+  Dropout dropout, dropout1, dropout2;
+  LayerNorm norm1, norm2;
+
+ private:
+  Tensor self_attention_block(const Tensor& x, const AttentionMasks& masks);
+  Tensor feed_forward_block(const Tensor& x);
+};
+
+struct DecoderMasks {
+  AttentionMasks tgt;     // self-attention over the target (tgt_mask, tgt_key_padding_mask, …)
+  AttentionMasks memory;  // cross-attention to the encoder output (memory_mask, …)
+};
+
+// Self-attention, cross-attention to the encoder's output (memory), feed-forward.
+class TransformerDecoderLayer : public Module {
+ public:
+  TransformerDecoderLayer(int64_t d_model, int64_t nhead, TransformerLayerOptions options = {});
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const DecoderMasks& masks = {});
+
+  int64_t d_model, nhead;
+  TransformerLayerOptions options;
+  MultiheadAttention self_attn, multihead_attn;
+  Linear linear1, linear2;
+  Dropout dropout, dropout1, dropout2, dropout3;
+  LayerNorm norm1, norm2, norm3;
+
+ private:
+  Tensor feed_forward_block(const Tensor& x);
+};
+
+// num_layers layers configured like `layer` (each with its own fresh weights), then an
+// optional final LayerNorm ("norm"), as torch.nn.TransformerEncoder(layer, num_layers, norm).
+class TransformerEncoder : public Module {
+ public:
+  TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers,
+                     bool final_norm = false);
+  Tensor forward(const Tensor& src) override { return forward(src, AttentionMasks{}); }
+  Tensor forward(const Tensor& src, const AttentionMasks& masks);
+  std::vector<std::shared_ptr<TransformerEncoderLayer>> layers;
+  std::shared_ptr<LayerNorm> norm;  // null without final_norm
+};
+
+class TransformerDecoder : public Module {
+ public:
+  TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
+                     bool final_norm = false);
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const DecoderMasks& masks = {});
+  std::vector<std::shared_ptr<TransformerDecoderLayer>> layers;
+  std::shared_ptr<LayerNorm> norm;
+};
+
+struct TransformerOptions {
+  int64_t d_model = 512, nhead = 8;
+  int64_t num_encoder_layers = 6, num_decoder_layers = 6;
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  Activation activation = Activation::ReLU;
+  double layer_norm_eps = 1e-5;
+  bool batch_first = false, norm_first = false, bias = true;
+};
+
+struct TransformerMasks {
+  Tensor src_mask = {}, tgt_mask = {}, memory_mask = {};
+  Tensor src_key_padding_mask = {}, tgt_key_padding_mask = {}, memory_key_padding_mask = {};
+  bool src_is_causal = false, tgt_is_causal = false, memory_is_causal = false;
+};
+
+// The encoder–decoder of "Attention Is All You Need" (torch.nn.Transformer): both
+// stacks end with a LayerNorm; every weight matrix starts xavier-uniform.
+class Transformer : public Module {
+ public:
+  explicit Transformer(TransformerOptions options = {});
+  // src (S, B, E), tgt (T, B, E) (batch first: (B, ·, E)) -> (T, B, E).
+  Tensor forward(const Tensor& src, const Tensor& tgt, const TransformerMasks& masks = {});
+  TransformerOptions options;
+  std::unique_ptr<TransformerEncoder> encoder;
+  std::unique_ptr<TransformerDecoder> decoder;
+};
+
+// (sz, sz) float mask: 0 on and below the diagonal, −∞ above (a query never sees later keys).
+Tensor generate_square_subsequent_mask(int64_t sz, TensorOptions options = {});
+
+}  // namespace ringgrad::nn
