@@ -8,6 +8,8 @@
 //    has delivered, so its buffer holds its complete gradient.
 // 3. Unless retain_graph, each node drops its saved tensors right after it ran:
 //    activations are freed while backward is still going.
+// With tracing on (core/trace.h), the whole pass is one "backward" slice and
+// each node that runs is a slice inside it, named by its op ("matmul", …).
 #include <queue>
 #include <unordered_map>
 
@@ -15,6 +17,7 @@
 #include "ringgrad/autograd/node.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/ops.h"
+#include "ringgrad/core/trace.h"
 
 namespace ringgrad::autograd {
 namespace {
@@ -74,6 +77,8 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     grad = ones_like(root);
   }
 
+  // One slice for the whole pass, the hooks' callbacks included (DDP waits there).
+  trace::Span pass("backward", "backward");
   NoGradGuard no_grad;  // backward computes plain numbers; it records nothing
   std::vector<std::function<void()>> callbacks;
   auto* outer_callbacks = pending_callbacks;  // a hook may itself call backward
@@ -99,8 +104,12 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     }
     // A node that received no gradient at all (every path into it was cut) is
     // skipped, but still releases its children's dependency counts.
-    Grads grads = g.defined() ? node->apply(std::move(g)) : Grads(node->next.size());
-    if (!retain_graph) node->release();
+    Grads grads;
+    {
+      trace::Span span(node->name, "backward");
+      grads = g.defined() ? node->apply(std::move(g)) : Grads(node->next.size());
+      if (!retain_graph) node->release();
+    }
     for (size_t i = 0; i < node->next.size(); ++i) {
       const std::shared_ptr<Node>& next = node->next[i].node;
       if (!next) continue;

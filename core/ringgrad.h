@@ -16,6 +16,7 @@
 #include "ringgrad/core/tensor.h"
 #include "ringgrad/core/safetensors.h"
 #include "ringgrad/core/threads.h"
+#include "ringgrad/core/trace.h"
 #include "ringgrad/data/dataloader.h"
 #include "ringgrad/data/mnist.h"
 #include "ringgrad/data/sampler.h"

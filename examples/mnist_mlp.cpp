@@ -6,10 +6,12 @@
 //
 //   build/bin/mnist_mlp [--epochs 5] [--batch-size 64] [--lr 1e-3] [--seed 0]
 //                       [--threads N] [--data DIR] [--save PATH] [--resume PATH]
-//                       [--device cpu|cuda|auto]
+//                       [--device cpu|cuda|auto] [--trace FILE.json [--trace-steps 20]]
 //
 // Prints progress within each epoch, train loss and test accuracy per epoch,
 // and ends with: RESULT example=mnist_mlp epochs=E test_acc=… samples_per_s=…
+// --trace writes a Chrome trace of a few steps after 2 warm-up steps (forward, backward
+// per op, the optimizer step): open it at https://ui.perfetto.dev.
 #include <ringgrad/ringgrad.h>
 #include <unistd.h>
 
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Train the article's SimpleModel (784-256-10 MLP) on MNIST-format data"};
   std::string data_dir = rg::data::kDefaultMnistDir, save_path, resume_path, device_name = "auto";
   int epochs = 5, threads = 0;
-  int64_t batch_size = 64;
+  int64_t batch_size = 64, trace_steps = 20;
+  std::string trace_path;
   double lr = 1e-3;
   uint64_t seed = 0;
   app.add_option("--data", data_dir, "directory with the IDX files (.gz or raw)");
@@ -51,6 +54,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", device_name, "cpu, cuda, cuda:N or auto (CUDA when a GPU is present)");
   app.add_option("--save", save_path, "write model and optimizer checkpoints to PATH(.optim)");
   app.add_option("--resume", resume_path, "start from the checkpoint at PATH");
+  app.add_option("--trace", trace_path, "write a Chrome trace of a few steps to FILE.json");
+  app.add_option("--trace-steps", trace_steps, "steps to trace (after 2 warm-up steps)")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -78,18 +84,36 @@ int main(int argc, char** argv) {
     const bool tty = isatty(fileno(stdout));
     double test_acc = 0, train_seconds = 0;
     int64_t samples = 0;
+    // Tracing covers steps [trace_first, trace_end): after warm-up, a bounded number.
+    const int64_t trace_first = 2, trace_end = trace_first + trace_steps;
+    int64_t global_step = 0;
+    auto finish_trace = [&] {
+      std::string file = rg::trace::stop();
+      if (file.empty()) return;
+      std::printf(
+          "%strace: steps %lld-%lld written to %s\n"
+          "  open it at https://ui.perfetto.dev (\"Open trace file\") or chrome://tracing\n",
+          tty ? "\n" : "", static_cast<long long>(trace_first),
+          static_cast<long long>(global_step - 1), file.c_str());
+    };
     for (int epoch = 0; epoch < epochs; ++epoch) {
       loader.set_epoch(epoch);
       auto start = std::chrono::steady_clock::now();
       double loss_sum = 0;
       int64_t step = 0, steps = loader.size();
       for (auto& [x, y] : loader) {
-        opt.zero_grad();
-        rg::Tensor loss = rg::nn::cross_entropy(model(x.to(device)), y.to(device));
-        loss.backward();
-        opt.step();
-        loss_sum += loss.item();
+        if (!trace_path.empty() && global_step == trace_first) rg::trace::start(trace_path);
+        {
+          rg::trace::Span span(rg::trace::enabled() ? "step " + std::to_string(global_step) : "",
+                               "step");
+          opt.zero_grad();
+          rg::Tensor loss = rg::nn::cross_entropy(model(x.to(device)), y.to(device));
+          loss.backward();
+          opt.step();
+          loss_sum += loss.item();
+        }
         samples += x.size(0);
+        if (++global_step == trace_end) finish_trace();
         // Progress: a line updated in place on a terminal, a plain line each quarter otherwise.
         ++step;
         bool show = tty ? (step % 50 == 0 || step == steps)
@@ -108,6 +132,7 @@ int main(int argc, char** argv) {
       std::printf("%s[Epoch %d] train loss %.4f  test acc %.4f\n", tty ? "\r" : "", epoch + 1,
                   loss_sum / static_cast<double>(loader.size()), test_acc);
     }
+    finish_trace();  // a run shorter than the traced window
     if (!save_path.empty()) {
       rg::nn::save(model, save_path);
       rg::optim::save(opt, save_path + ".optim");

@@ -68,7 +68,7 @@ Sequential& Sequential::add(std::shared_ptr<Module> layer) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& layer : layers_) h = layer->forward(h);
+  for (auto& layer : layers_) h = (*layer)(h);  // operator(): traced when tracing is on
   return h;
 }
 

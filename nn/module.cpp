@@ -21,6 +21,11 @@ Tensor Module::forward(const Tensor&) {
        "forward overload)");
 }
 
+Tensor Module::traced_forward(const Tensor& x) {
+  trace::Span span(name(), "forward");
+  return forward(x);
+}
+
 // ---------------------------------------------------------------- registration
 
 void Module::check_new_name(const std::string& name) const {

@@ -23,6 +23,7 @@
 
 #include "ringgrad/core/safetensors.h"
 #include "ringgrad/core/tensor.h"
+#include "ringgrad/core/trace.h"
 
 namespace ringgrad::nn {
 
@@ -36,7 +37,8 @@ class Module {
   // The computation, for modules of one input. Modules with other signatures
   // (attention, say) define their own forward overloads instead.
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // With tracing on (core/trace.h), a call is a "forward" slice named by name().
+  Tensor operator()(const Tensor& x) { return trace::enabled() ? traced_forward(x) : forward(x); }
 
   // ---- the parts of a module ----
   std::vector<Tensor> parameters(bool recurse = true) const;
@@ -88,6 +90,7 @@ class Module {
     std::shared_ptr<Module> owned;  // null for members
   };
   void add_child(std::string name, Module* child, std::shared_ptr<Module> owned);
+  Tensor traced_forward(const Tensor& x);
   void check_new_name(const std::string& name) const;
 
   std::vector<std::pair<std::string, Tensor>> parameters_;

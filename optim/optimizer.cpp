@@ -8,6 +8,7 @@
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/ops.h"
+#include "ringgrad/core/trace.h"
 
 namespace ringgrad::optim {
 
@@ -124,6 +125,7 @@ SGD::SGD(GroupList groups, SGDOptions o)
 // torch.optim.SGD: g += wd·p; buf = μ·buf + (1-τ)·g (buf = g at first);
 // g = nesterov ? g + μ·buf : buf; p -= lr·g.
 void SGD::step() {
+  trace::Span span("SGD.step", "optimizer");
   NoGradGuard no_grad;
   ++steps_;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -163,6 +165,7 @@ Adam::Adam(GroupList groups, AdamOptions o, bool decoupled)
 }
 
 void Adam::step() {
+  trace::Span span(decoupled_ ? "AdamW.step" : "Adam.step", "optimizer");
   NoGradGuard no_grad;
   ++steps_;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {

@@ -1,4 +1,9 @@
 // ddp.cpp — buckets, gradient hooks, in-order non-blocking all-reduce, and the end of backward.
+//
+// Traces (core/trace.h): each bucket's launch is an instant on the compute track
+// ("bucket 0 launch, 412 KB"; its all-reduce is then a slice on the comm track), and the
+// end of backward is a "DDP finish" slice whose "wait for all-reduces" child is the
+// communication that backward did not hide.
 #include "ringgrad/parallel/ddp.h"
 
 #include <algorithm>
@@ -7,6 +12,7 @@
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/autograd/node.h"
 #include "ringgrad/core/factory.h"
+#include "ringgrad/core/trace.h"
 
 namespace ringgrad::parallel {
 
@@ -64,12 +70,21 @@ struct DistributedDataParallel::State {
   // Start every full bucket whose predecessors have all started.
   void launch_ready_buckets() {
     while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
-      Bucket& b = buckets[next_to_launch++];
+      size_t index = next_to_launch++;
+      Bucket& b = buckets[index];
+      if (trace::enabled())
+        trace::instant("bucket " + std::to_string(index) + " launch, " +
+                           trace::format_bytes(static_cast<double>(b.flat.nbytes())),
+                       "ddp",
+                       {trace::arg("bucket", static_cast<double>(index)),
+                        trace::arg("bytes", static_cast<double>(b.flat.nbytes())),
+                        trace::arg("parameters", static_cast<double>(b.params.size()))});
       b.work = comm->all_reduce_async(b.flat, Reduce::Avg);
     }
   }
 
   void finish_backward() {
+    trace::Span span("DDP finish", "ddp");
     std::vector<std::string> missing;
     for (size_t p = 0; p < params.size(); ++p)
       if (!ready[p]) missing.push_back(names[p]);
@@ -87,7 +102,10 @@ struct DistributedDataParallel::State {
     for (size_t p = 0; p < params.size(); ++p)
       if (!ready[p]) mark_ready(p, Tensor());
     auto wait_start = std::chrono::steady_clock::now();
-    for (Bucket& b : buckets) b.work->wait();  // in launch order
+    {
+      trace::Span wait("wait for all-reduces", "ddp");
+      for (Bucket& b : buckets) b.work->wait();  // in launch order
+    }
     wait_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
     // Averaged gradients back into .grad, where the optimizer looks.

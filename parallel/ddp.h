@@ -48,7 +48,7 @@ class DistributedDataParallel {
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  Tensor forward(const Tensor& x) { return module_.forward(x); }
+  Tensor forward(const Tensor& x) { return module_(x); }  // module_(x): traced when tracing
   Tensor operator()(const Tensor& x) { return forward(x); }
   nn::Module& module() { return module_; }
 

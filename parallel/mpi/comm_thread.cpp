@@ -4,12 +4,15 @@
 // waits (asleep when idle; polling while sends/recvs are in flight, eagerly at
 // first, then in short naps), and the watchdog in MpiWork::wait(), which turns
 // "a peer died and we wait forever" into a prompt, explained abort of the job.
+// Trace events (core/trace.h) are recorded in start() and poll(), and by wait().
 #include "ringgrad/parallel/mpi/comm_thread.h"
 
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
+
+#include "ringgrad/core/trace.h"
 
 namespace ringgrad::parallel::mpi {
 
@@ -23,9 +26,20 @@ void throw_mpi(const char* op, int code, const char* call, const char* file, int
                              where, ":", line, ")"));
 }
 
+std::string Op::trace_name() const {
+  std::string name = work->op();
+  if (bytes > 0) name.append(" ").append(trace::format_bytes(static_cast<double>(bytes)));
+  if (peer >= 0)
+    name.append(name.rfind("send", 0) == 0 ? " to " : " from ").append(std::to_string(peer));
+  return name;
+}
+
 // ---- Work ----
 
 void MpiWork::wait() {
+  // Shown only when the caller really waits: a slice on the caller's track.
+  trace::Span span(trace::enabled() && !is_completed() ? std::string("wait ") + op_ : std::string(),
+                   "comm");
   if (info_->timeout_s > 0) {
     auto limit = std::chrono::duration<double>(info_->timeout_s);
     if (future_.wait_for(limit) == std::future_status::timeout) {
@@ -53,6 +67,7 @@ bool MpiWork::is_completed() {
 // ---- the thread ----
 
 void CommThread::push(Op op) {
+  if (trace::enabled()) op.queued_ns = trace::now_ns();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(op));
@@ -69,6 +84,7 @@ void CommThread::request_stop() {
 }
 
 void CommThread::loop() {
+  trace::set_thread_name("comm");
   for (;;) {
     Op op;
     bool have_op = false;
@@ -104,7 +120,20 @@ void CommThread::loop() {
 
 void CommThread::start(Op op) {
   try {
-    MPI_Request request = op.run();
+    // A collective runs to completion inside run(): this slice is the whole
+    // all-reduce. A send/recv is only posted here; poll() records its interval.
+    // The slice ends before succeed(): a caller woken by it may stop tracing at once.
+    MPI_Request request;
+    {
+      trace::Span span(trace::enabled() ? op.trace_name() : std::string(), "comm");
+      if (trace::enabled()) {
+        op.started_ns = trace::now_ns();
+        double queued_ms = static_cast<double>(op.started_ns - op.queued_ns) / 1e6;
+        if (op.queued_ns > 0) span.add(trace::arg("queued_ms", queued_ms));
+        span.add(trace::arg("bytes", static_cast<double>(op.bytes)));
+      }
+      request = op.run();
+    }
     if (request == MPI_REQUEST_NULL) {
       op.work->succeed();
     } else {
@@ -131,6 +160,9 @@ bool CommThread::poll() {
       continue;
     }
     if (done) {
+      if (trace::enabled() && op.started_ns > 0)
+        trace::interval(op.trace_name(), "comm", op.started_ns, trace::now_ns(),
+                        {trace::arg("bytes", static_cast<double>(op.bytes))});
       op.work->succeed();
       in_flight_.erase(in_flight_.begin() + i);
     } else {

@@ -15,6 +15,10 @@
 //   Were they blocking, a ring exchange (every rank sends to r+1, then receives
 //   from r-1) would deadlock: each thread stuck in its send, nobody receiving.
 //
+// With tracing on (core/trace.h), this thread is the "comm" track: each collective
+// is a slice ("all_reduce 812 KB") while MPI runs it, each send/recv an interval
+// from post to completion, so the overlap with backward is visible.
+//
 // Internal to parallel/mpi/ (it includes <mpi.h>); users see Communicator only.
 #pragma once
 
@@ -27,6 +31,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -82,6 +87,12 @@ struct Op {
   std::function<MPI_Request()> run;
   std::function<void(const MPI_Status&)> on_complete;
   std::shared_ptr<MpiWork> work;
+  // For traces (core/trace.h): what the operation moves, and when.
+  int64_t bytes = 0;
+  int peer = -1;                   // send/recv: the other rank
+  int64_t queued_ns = 0;           // when push() queued it (tracing on)
+  int64_t started_ns = 0;          // when run() was called (tracing on)
+  std::string trace_name() const;  // "all_reduce 812 KB", "send 4 KB to 1"
 };
 
 class CommThread {

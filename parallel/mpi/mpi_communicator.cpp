@@ -64,8 +64,8 @@ void divide(const Tensor& t, int n) {
 void check_tensor(const Tensor& t, const char* op) {
   RG_CHECK(t.defined(), op, "expected a defined tensor, got an undefined one");
   RG_CHECK(t.device().is_cpu(), op,
-           "expected a CPU tensor (the MPI backend moves host memory; CUDA tensors need the "
-           "NCCL backend, a later step), got ",
+           "expected a CPU tensor (the MPI backend moves host memory; CUDA tensors go "
+           "through the NCCL backend), got ",
            t.describe());
   RG_CHECK(t.numel() <= INT_MAX, op, "expected at most ", INT_MAX,
            " elements (an MPI count is an int), got ", t.numel());
@@ -132,7 +132,7 @@ class MpiCommunicator : public Communicator {
     auto [buf, work] = in_place_buffer(t, "all_reduce");
     int n = static_cast<int>(t.numel()), size = size_;
     MPI_Comm comm = thread_state_->comm();
-    return enqueue(work, [=] {
+    return enqueue(work, t.nbytes(), -1, [=] {
       RG_MPI("all_reduce", MPI_Allreduce, MPI_IN_PLACE, buf.raw_data(), n, mpi_type(buf.dtype()),
              mpi_op(op, buf.dtype()), comm);
       if (op == Reduce::Avg) divide(buf, size);
@@ -146,7 +146,7 @@ class MpiCommunicator : public Communicator {
     auto [buf, work] = in_place_buffer(t, "broadcast");
     int n = static_cast<int>(t.numel());
     MPI_Comm comm = thread_state_->comm();
-    return enqueue(work, [=] {
+    return enqueue(work, t.nbytes(), -1, [=] {
       RG_MPI("broadcast", MPI_Bcast, buf.raw_data(), n, mpi_type(buf.dtype()), root, comm);
       return MPI_REQUEST_NULL;
     });
@@ -161,7 +161,7 @@ class MpiCommunicator : public Communicator {
     Tensor out = empty(shape, {.dtype = t.dtype()});
     int n = static_cast<int>(t.numel());
     MPI_Comm comm = thread_state_->comm();
-    enqueue(new_work("all_gather"), [=] {
+    enqueue(new_work("all_gather"), out.nbytes(), -1, [=] {
       MPI_Datatype type = mpi_type(in.dtype());
       RG_MPI("all_gather", MPI_Allgather, in.raw_data(), n, type, out.raw_data(), n, type, comm);
       return MPI_REQUEST_NULL;
@@ -181,7 +181,7 @@ class MpiCommunicator : public Communicator {
     Tensor out = empty(shape, {.dtype = t.dtype()});
     int n = static_cast<int>(out.numel()), size = size_;
     MPI_Comm comm = thread_state_->comm();
-    enqueue(new_work("reduce_scatter"), [=] {
+    enqueue(new_work("reduce_scatter"), in.nbytes(), -1, [=] {
       RG_MPI("reduce_scatter", MPI_Reduce_scatter_block, in.raw_data(), out.raw_data(), n,
              mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm);
       if (op == Reduce::Avg) divide(out, size);
@@ -198,7 +198,7 @@ class MpiCommunicator : public Communicator {
     Tensor buf = t.contiguous();
     int n = static_cast<int>(t.numel());
     MPI_Comm comm = thread_state_->comm();
-    return enqueue(new_work("send"), [=] {
+    return enqueue(new_work("send"), buf.nbytes(), dst, [=] {
       MPI_Request request;
       RG_MPI("send", MPI_Isend, buf.raw_data(), n, mpi_type(buf.dtype()), dst, tag, comm, &request);
       return request;
@@ -224,12 +224,12 @@ class MpiCommunicator : public Communicator {
       RG_CHECK(got == n, "recv", "expected ", n, " ", dtype, " elements from rank ", src, ", got ",
                got);
     };
-    return enqueue(work, post, check_count);
+    return enqueue(work, t.nbytes(), src, post, check_count);
   }
 
   void barrier() override {
     MPI_Comm comm = thread_state_->comm();
-    enqueue(new_work("barrier"), [=] {
+    enqueue(new_work("barrier"), 0, -1, [=] {
       RG_MPI("barrier", MPI_Barrier, comm);
       return MPI_REQUEST_NULL;
     })->wait();
@@ -242,9 +242,14 @@ class MpiCommunicator : public Communicator {
  private:
   std::shared_ptr<MpiWork> new_work(const char* op) { return std::make_shared<MpiWork>(op, info_); }
 
-  WorkHandle enqueue(std::shared_ptr<MpiWork> work, std::function<MPI_Request()> run,
+  // bytes and peer only label the operation in traces (core/trace.h).
+  WorkHandle enqueue(std::shared_ptr<MpiWork> work, int64_t bytes, int peer,
+                     std::function<MPI_Request()> run,
                      std::function<void(const MPI_Status&)> on_complete = nullptr) {
-    thread_state_->push({std::move(run), std::move(on_complete), work});
+    mpi::Op op{std::move(run), std::move(on_complete), work};
+    op.bytes = bytes;
+    op.peer = peer;
+    thread_state_->push(std::move(op));
     return work;
   }
 
