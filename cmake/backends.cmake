@@ -2,7 +2,7 @@
 #
 # Each backend has a real source set and a stub set; exactly one of the two is
 # compiled, so the rest of the code never needs #ifdef. Outputs:
-#   RINGGRAD_HAVE_CUDA, RINGGRAD_HAVE_MPI   ON/OFF
+#   RINGGRAD_HAVE_CUDA, RINGGRAD_HAVE_MPI, RINGGRAD_HAVE_NCCL   ON/OFF
 #   RINGGRAD_BACKEND_SOURCES                sources to add to the library
 #   RINGGRAD_BACKEND_LIBS                   libraries to link publicly
 
@@ -66,4 +66,40 @@ else()
   list(APPEND RINGGRAD_BACKEND_SOURCES ${CMAKE_SOURCE_DIR}/parallel/mpi/stub.cpp)
 endif()
 
-message(STATUS "ringgrad: CUDA backend ${RINGGRAD_HAVE_CUDA}, MPI ${RINGGRAD_HAVE_MPI}")
+# ---- NCCL ----
+# The communicator for CUDA tensors (RINGGRAD_NCCL=AUTO|ON|OFF; AUTO: when the
+# CUDA backend is on and nccl.h and libnccl are found: in the CUDA toolkit, a
+# system path such as Debian's libnccl-dev, or under $NCCL_HOME). It needs no
+# MPI to build: the NCCL id travels over the Communicator interface (MPI under
+# mpirun, nothing to send in a world of one).
+set_property(CACHE RINGGRAD_NCCL PROPERTY STRINGS AUTO ON OFF)
+set(RINGGRAD_HAVE_NCCL OFF)
+if(RINGGRAD_HAVE_CUDA AND NOT RINGGRAD_NCCL STREQUAL "OFF")
+  find_path(NCCL_INCLUDE_DIR nccl.h
+            HINTS ENV NCCL_HOME ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl
+               HINTS ENV NCCL_HOME ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+               PATH_SUFFIXES lib lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(RINGGRAD_HAVE_NCCL ON)
+  endif()
+endif()
+if(RINGGRAD_NCCL STREQUAL "ON" AND NOT RINGGRAD_HAVE_NCCL)
+  message(FATAL_ERROR "RINGGRAD_NCCL=ON but NCCL is not usable: it needs the CUDA backend "
+                      "(RINGGRAD_CUDA) and nccl.h + libnccl (Debian: apt-get install libnccl-dev, "
+                      "or set NCCL_HOME to an NCCL install)")
+endif()
+
+# parallel/nccl/nccl_communicator.cpp holds every use of <nccl.h>; a build
+# without NCCL compiles parallel/nccl/stub.cpp, whose factory throws.
+if(RINGGRAD_HAVE_NCCL)
+  set(nccl_source ${CMAKE_SOURCE_DIR}/parallel/nccl/nccl_communicator.cpp)
+  list(APPEND RINGGRAD_BACKEND_SOURCES ${nccl_source})
+  set_property(SOURCE ${nccl_source} APPEND PROPERTY INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+  list(APPEND RINGGRAD_BACKEND_LIBS ${NCCL_LIBRARY})
+else()
+  list(APPEND RINGGRAD_BACKEND_SOURCES ${CMAKE_SOURCE_DIR}/parallel/nccl/stub.cpp)
+endif()
+
+message(STATUS "ringgrad: CUDA backend ${RINGGRAD_HAVE_CUDA}, MPI ${RINGGRAD_HAVE_MPI}, "
+               "NCCL ${RINGGRAD_HAVE_NCCL}")

@@ -5,7 +5,7 @@
 //   comm.all_reduce(grad, rg::parallel::Reduce::Avg);  // every rank now holds the average
 //
 // One interface, several backends (DESIGN.md): MPI for CPU tensors, NCCL for
-// CUDA tensors (a later step), and a world of one where every collective is
+// CUDA tensors (parallel/nccl/), and a world of one where every collective is
 // the identity. Everything above — DDP, ring attention — is written against
 // this interface only. Operations on one communicator run in the order they
 // were issued, on every rank; the *_async forms return at once with a Work
@@ -35,7 +35,9 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string backend_name() const = 0;  // "mpi", "nccl", "single"
+  // "mpi", "nccl", "single"; a World on a GPU host: "nccl+mpi" or "nccl+single"
+  // (CUDA tensors over NCCL, CPU tensors over the other; see world.h).
+  virtual std::string backend_name() const = 0;
 
   // In place: afterwards every rank's t holds the reduction over all ranks' t.
   virtual WorkHandle all_reduce_async(Tensor& t, Reduce op = Reduce::Sum) = 0;

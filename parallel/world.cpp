@@ -6,14 +6,22 @@
 // started plainly it is a world of one. The local rank (this process's index
 // among those on the same host) picks the GPU, so that four ranks on a
 // four-GPU node use cuda:0..3, and nothing here assumes a single host.
+//
+// Then the choice of backend for CUDA tensors (world.h): on a GPU host with
+// NCCL, a DeviceRouter sends each operation to NCCL or to the host
+// communicator by its tensor's device.
 #include "ringgrad/parallel/world.h"
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
+#include <string>
 
+#include "ringgrad/core/cuda/current_device.h"
 #include "ringgrad/parallel/mpi_communicator.h"
+#include "ringgrad/parallel/nccl/nccl_communicator.h"
 
 namespace ringgrad::parallel {
 
@@ -31,6 +39,72 @@ int env_int(std::initializer_list<const char*> names, int fallback) {
 // Only one World per process: MPI can be initialised only once.
 std::atomic<bool> world_exists{false};
 
+// The World's communicator on a GPU host with NCCL: each operation goes by its
+// tensor's device, CUDA tensors to NCCL and CPU tensors to the host
+// communicator (MPI, or the world of one). NCCL starts at the first operation
+// on a CUDA tensor, which every rank reaches at the same point of its program
+// (collectives are issued in the same order everywhere), so its collective
+// setup matches; a program whose tensors stay on the CPU never starts it, and
+// may run more ranks than the host has GPUs.
+class DeviceRouter : public Communicator {
+ public:
+  DeviceRouter(Communicator& host, int device, int ranks_on_host)
+      : host_(host), device_(device), ranks_on_host_(ranks_on_host) {}
+
+  int rank() const override { return host_.rank(); }
+  int size() const override { return host_.size(); }
+  std::string backend_name() const override { return "nccl+" + host_.backend_name(); }
+
+  WorkHandle all_reduce_async(Tensor& t, Reduce op) override {
+    return route(t).all_reduce_async(t, op);
+  }
+  WorkHandle broadcast_async(Tensor& t, int root) override {
+    return route(t).broadcast_async(t, root);
+  }
+  Tensor all_gather(const Tensor& t) override { return route(t).all_gather(t); }
+  Tensor reduce_scatter(const Tensor& t, Reduce op) override {
+    return route(t).reduce_scatter(t, op);
+  }
+  WorkHandle send_async(const Tensor& t, int dst, int tag) override {
+    return route(t).send_async(t, dst, tag);
+  }
+  WorkHandle recv_async(Tensor& t, int src, int tag) override {
+    return route(t).recv_async(t, src, tag);
+  }
+
+  // Through NCCL once it has started (the GPU collectives issued before it
+  // have then completed on every rank), else through the host communicator.
+  void barrier() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    Communicator& comm = nccl_ ? *nccl_ : host_;
+    lock.unlock();
+    comm.barrier();
+  }
+  // No lock: abort must never wait (it is called when something is stuck).
+  void abort(int code) override { (nccl_ ? *nccl_ : host_).abort(code); }
+
+ private:
+  Communicator& route(const Tensor& t) {
+    if (!t.defined() || !t.device().is_cuda()) return host_;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!nccl_) {
+      int gpus = cuda::device_count();
+      RG_CHECK(ranks_on_host_ <= gpus, "nccl", "expected at most one rank per GPU, got ",
+               ranks_on_host_, " ranks on this host and ", gpus,
+               " GPU(s): NCCL refuses two ranks on one GPU (run at most ", gpus,
+               " ranks per host, or keep the tensors on the CPU, e.g. --device cpu, where MPI "
+               "moves them)");
+      nccl_ = make_nccl_communicator(host_, device_);
+    }
+    return *nccl_;
+  }
+
+  Communicator& host_;
+  int device_, ranks_on_host_;
+  std::mutex mutex_;                    // guards the lazy start of nccl_
+  std::unique_ptr<Communicator> nccl_;  // started by the first CUDA tensor
+};
+
 }  // namespace
 
 // OpenMPI's mpirun sets OMPI_COMM_WORLD_SIZE; MPICH/Hydra sets PMI_SIZE; a
@@ -47,16 +121,43 @@ World::World(int& argc, char**& argv) {
            "expected one World per process, got a second (MPI starts only once)");
   try {
     if (launched_by_mpi()) {
-      comm_ = make_mpi_communicator(argc, argv);
+      host_ = make_mpi_communicator(argc, argv);
       owns_mpi_ = true;  // the communicator finalises MPI when it goes
       local_rank_ = env_int({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0);
+      local_size_ = env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1);
     } else {
-      comm_ = make_single_communicator();
+      host_ = make_single_communicator();
     }
+    comm_ = host_.get();
+    choose_communicator();
   } catch (...) {
+    // The members go as the exception leaves (NCCL before MPI: reverse
+    // declaration order), seeing it in flight: they abort rather than wait for peers.
     world_exists = false;
     throw;
   }
+}
+
+// See world.h: NCCL for CUDA tensors on a GPU host (routed by device), unless
+// RINGGRAD_COMM says otherwise.
+void World::choose_communicator() {
+  const char* env = std::getenv("RINGGRAD_COMM");
+  std::string choice = env && *env ? env : "auto";
+  RG_CHECK(choice == "auto" || choice == "mpi" || choice == "nccl", "World",
+           "expected RINGGRAD_COMM to be auto, mpi or nccl, got '", choice, "'");
+  Device dev = device();
+  if (choice == "mpi" || (choice == "auto" && !(dev.is_cuda() && nccl_is_built()))) return;
+  RG_CHECK(dev.is_cuda(), "World", "expected a GPU for RINGGRAD_COMM=nccl, got none (",
+           cuda::is_built() ? "the driver reports no usable GPU" : "built without CUDA", ")");
+  // This rank's GPU becomes the current device before any CUDA work, so that
+  // the compute stream, the memory and NCCL all live on it. (cuda:0 is current
+  // already; leaving it alone spares a CPU-only program a CUDA context.)
+  if (dev.index != 0) cuda::set_device(dev.index);
+  if (choice == "nccl")
+    device_ = make_nccl_communicator(*host_, dev.index);  // now, so that errors show at once
+  else
+    device_ = std::make_unique<DeviceRouter>(*host_, dev.index, local_size_);
+  comm_ = device_.get();
 }
 
 // MPI_Init may edit the command line it is given; without one, hand it a
@@ -74,9 +175,12 @@ static char**& stand_in_argv() {
 World::World() : World(stand_in_argc(), stand_in_argv()) {}
 
 World::~World() {
-  // Destroying the MPI communicator stops its thread (after the operations
-  // already queued), then finalises MPI.
-  comm_.reset();
+  // NCCL first: it finishes its work and leaves while MPI is still there.
+  // Destroying the MPI communicator then stops its thread (after the
+  // operations already queued), and finalises MPI.
+  comm_ = nullptr;
+  device_.reset();
+  host_.reset();
   world_exists = false;
 }
 

@@ -8,6 +8,24 @@
 // spans all N processes; started plainly it is a world of one, with no MPI at
 // all. The device is cuda:<local rank> when GPUs are present, else the CPU.
 // Only one World may exist in a process; it finalises MPI when destroyed.
+//
+// Which backend moves the tensors (communicator()):
+//   * a machine with GPUs, a build with NCCL: each operation goes by its
+//     tensor's device — CUDA tensors through NCCL, CPU tensors through MPI (or
+//     the world of one). backend_name() is "nccl+mpi" (or "nccl+single"). NCCL
+//     starts at the first operation on a CUDA tensor, so a program that keeps
+//     its tensors on the CPU never starts it. NCCL needs one GPU per rank: on a
+//     single GPU that is a world of one (`mnist_ddp --device cuda`), and N ranks
+//     need N GPUs per host (`scripts/rgrun -n 4 build/bin/mnist_ddp --device cuda`
+//     on a 4-GPU host).
+//   * otherwise: MPI ("mpi") under a launcher, the world of one ("single") without.
+//   * RINGGRAD_COMM=mpi keeps NCCL out; RINGGRAD_COMM=nccl uses NCCL alone,
+//     started at once (a CPU tensor is then an error); RINGGRAD_COMM=auto is the default.
+// MPI stays underneath NCCL: it carries NCCL's id at the start and ends every
+// rank when one fails (main_guard).
+//
+// On a GPU host the World makes cuda:<local rank> the current device of the
+// thread that constructs it: construct it first in main, before any CUDA work.
 #pragma once
 
 #include <functional>
@@ -34,8 +52,13 @@ class World {
   bool is_main() const { return rank() == 0; }  // the rank that prints and writes files
 
  private:
-  std::unique_ptr<Communicator> comm_;
+  void choose_communicator();  // from the device and RINGGRAD_COMM (above)
+
+  std::unique_ptr<Communicator> host_;    // MPI under a launcher, else the world of one
+  std::unique_ptr<Communicator> device_;  // NCCL, alone or routed by device; null if none
+  Communicator* comm_ = nullptr;          // what communicator() returns
   int local_rank_ = 0;
+  int local_size_ = 1;  // ranks on this host
   bool owns_mpi_ = false;
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ringgrad/core/cuda/cuda_backend.h"
+#include "ringgrad/core/cuda/current_device.h"
 
 namespace ringgrad {
 
@@ -99,6 +100,10 @@ cublasHandle_t cublas_handle() {
   }();
   return handle;
 }
+
+// Before compute_stream() first runs (see current_device.h): the stream and
+// the memory belong to whichever device is current then.
+void set_device(int index) { RG_CUDA_CHECK(cudaSetDevice(index)); }
 
 bool tf32_allowed() { return allow_tf32; }
 void set_allow_tf32(bool allow) { allow_tf32 = allow; }  // read by gemm.cu

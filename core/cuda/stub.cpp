@@ -3,6 +3,7 @@
 // Linked instead of core/cuda/*.cu when CMake found no CUDA toolkit (or
 // RINGGRAD_CUDA=OFF): there are no devices, and any attempt to use one says so.
 #include "ringgrad/core/backend.h"
+#include "ringgrad/core/cuda/current_device.h"
 
 namespace ringgrad {
 
@@ -11,6 +12,7 @@ bool cuda::is_built() { return false; }
 void cuda::synchronize() {}
 void cuda::set_allow_tf32(bool) {}
 void cuda::release_cached_memory() {}
+void cuda::set_device(int) { fail("set_device", "built without CUDA: there is no GPU to select"); }
 
 Backend& cuda::backend(const char* op) {
   fail(op,

@@ -1,0 +1,618 @@
+// nccl_communicator.cpp — Communicator over NCCL, for CUDA tensors (one GPU per rank).
+//
+// One rank, one DDP bucket being all-reduced while backward goes on:
+//
+//   compute stream: ..kernels writing the bucket..[ready]..more backward..(waits for [done]) step
+//                                                    |                        ^
+//   comm stream:                       (waits for [ready]) ncclAllReduce --[done]
+//
+// * Setup. Rank 0 asks NCCL for a unique id (128 bytes); the bootstrap
+//   communicator (MPI under mpirun, the world of one otherwise) broadcasts it,
+//   and every rank joins with ncclCommInitRank on its own GPU.
+// * A stream of its own. On the compute stream an all-reduce would wait for all
+//   the kernels issued before it, and the rest of backward would wait for the
+//   all-reduce. On the comm stream the GPU reduces one bucket while it computes
+//   the gradients of the next.
+// * Two events order the two streams, and the host does not wait for either:
+//   [ready], recorded on the compute stream when the operation is issued: the
+//   comm stream waits for it, so NCCL reads the bucket only after the kernels
+//   that wrote it (and overwrites memory only after the kernels that still read it);
+//   [done], recorded on the comm stream after the operation: wait() makes the
+//   compute stream wait for it, so the kernels issued after wait() (the
+//   optimizer step) see the result.
+// * Memory. The caching allocator (core/cuda/runtime.cu) hands a freed block
+//   out again in compute-stream order, without events. So a Work keeps its
+//   tensors alive until wait() — or its destruction, if never waited for — has
+//   made the compute stream wait for [done]: whatever reuses that memory later
+//   runs after the collective. And NCCL starts only after [ready], that is,
+//   after every earlier kernel that used the same memory.
+// * Sends and receives. An NCCL send blocks the GPU until the peer's receive
+//   runs. A ring step (every rank sends to r+1, receives from r-1) issued as two
+//   separate NCCL calls would deadlock: every rank stuck in its send. So
+//   send_async/recv_async only post; the posted operations start together, as
+//   one ncclGroupStart/ncclGroupEnd group, at the next operation, wait() or
+//   is_completed() of this communicator. That is MPI's meaning of non-blocking
+//   (posted before waiting: in flight together). Each one still waits only for
+//   its own [ready], so the transfer overlaps the kernels issued after the post.
+//   NCCL matches sends and receives by their order between two ranks: tags are
+//   checked, then ignored.
+// * Errors. NCCL return codes become ringgrad::Error with the call and
+//   file:line. Failures inside running kernels (a peer died, a network error)
+//   are asynchronous: wait() also blocks the host until [done], polling
+//   ncclCommGetAsyncError, and after RINGGRAD_COMM_TIMEOUT_S seconds (default
+//   300) aborts the communicator (ncclCommAbort stops its kernels, so the GPU is
+//   not stuck either) and throws, naming the operation and the rank; main_guard
+//   then ends the job. RINGGRAD_COMM_TIMEOUT_S=0: no host wait, no timeout.
+#include "ringgrad/parallel/nccl/nccl_communicator.h"
+
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ringgrad/core/cuda/common.cuh"  // RG_CUDA_CHECK, cuda::compute_stream()
+#include "ringgrad/core/factory.h"
+
+namespace ringgrad::parallel {
+
+bool nccl_is_built() { return true; }
+
+namespace {
+
+// ---- errors ----
+
+// An NCCL return code other than ncclSuccess, as an Error naming our operation,
+// the NCCL call, NCCL's explanation and where:
+//   "[all_reduce] ncclAllReduce failed: invalid argument (…) (parallel/nccl/….cpp:312)"
+[[noreturn]] void throw_nccl(const char* op, ncclResult_t code, const char* call, const char* file,
+                             int line, const std::string& hint = "") {
+  std::string where = file;  // from parallel/ on: short, and the same on every machine
+  if (size_t at = where.rfind("parallel/"); at != std::string::npos) where = where.substr(at);
+  const char* last = ncclGetLastError(nullptr);  // NCCL's own account, when it has one
+  std::string details = last && *last ? std::string(" (") + last + ")" : std::string();
+  throw Error(detail::concat("[", op, "] ", call, " failed: ", ncclGetErrorString(code), details,
+                             " (", where, ":", line, ")", hint));
+}
+#define RG_NCCL(op, fn, ...)                                                                  \
+  do {                                                                                        \
+    ncclResult_t rg_nccl_code_ = fn(__VA_ARGS__);                                             \
+    if (rg_nccl_code_ != ncclSuccess) throw_nccl(op, rg_nccl_code_, #fn, __FILE__, __LINE__); \
+  } while (0)
+
+// ---- dtypes and reductions ----
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::Float32:
+      return ncclFloat32;
+    case DType::Float64:
+      return ncclFloat64;
+    case DType::Int64:
+      return ncclInt64;
+    case DType::Bool:
+      return ncclUint8;  // one byte, 0 or 1
+  }
+  return ncclUint8;
+}
+
+// Avg is NCCL's own (ncclAvg: the sum divided by the number of ranks, on the
+// GPU). Booleans are bytes 0/1: their "sum" and "max" are both OR, as in the
+// MPI backend.
+ncclRedOp_t nccl_op(Reduce op, DType t) {
+  if (t == DType::Bool) return ncclMax;
+  switch (op) {
+    case Reduce::Sum:
+      return ncclSum;
+    case Reduce::Avg:
+      return ncclAvg;
+    case Reduce::Max:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+size_t count(const Tensor& t) { return static_cast<size_t>(t.numel()); }
+
+double timeout_from_env() {
+  const char* text = std::getenv("RINGGRAD_COMM_TIMEOUT_S");
+  return text ? std::atof(text) : 300.0;
+}
+
+// ---- events ----
+
+// A CUDA event: a marker in a stream that another stream, or the host, can wait for.
+class Event {
+ public:
+  Event() { RG_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  // Safe while a stream still waits for it: cudaStreamWaitEvent took the marker
+  // when it was called, and CUDA frees a pending event once the GPU passes it.
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(cudaStream_t stream) { RG_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+  // Work issued to `stream` from now on starts after this marker (the GPU waits, not the host).
+  void block(cudaStream_t stream) const { RG_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0)); }
+  // Whether the GPU has passed the marker (one never recorded counts as passed).
+  bool passed() const {
+    cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // "not yet" is no error: don't leave it for a later check
+      return false;
+    }
+    RG_CUDA_CHECK(status);
+    return true;
+  }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// ---- state shared by the communicator and its Work handles ----
+
+class NcclWork;
+
+// A send or receive posted but not started yet (see "Sends and receives").
+struct PendingP2P {
+  bool is_send = true;
+  Tensor buf;  // contiguous
+  int peer = 0;
+  std::unique_ptr<Event> ready;  // recorded on the compute stream when posted
+  std::shared_ptr<NcclWork> work;
+};
+
+struct NcclState {
+  int rank = 0, size = 1, device = 0;
+  double timeout_s = 300.0;  // <= 0: wait() does not block the host
+  ncclComm_t comm = nullptr;
+  cudaStream_t compute = nullptr;      // where every op runs (core/cuda)
+  cudaStream_t comm_stream = nullptr;  // where NCCL's kernels run
+  std::mutex mutex;  // one NCCL call at a time (a communicator is not thread-safe)
+  std::atomic<bool> aborted{false};
+  std::string abort_reason;         // guarded by mutex
+  std::vector<PendingP2P> pending;  // guarded by mutex
+
+  void check_usable(const char* op) const;  // mutex held
+  void start_pending();                     // mutex held
+  void host_wait(const Event& done, const char* op);
+  void abort(const std::string& reason);
+};
+
+// The handle of one operation. [done] is recorded on the comm stream right after
+// it; until wait(), the Work holds the tensors NCCL reads and writes.
+class NcclWork : public Work {
+ public:
+  NcclWork(const char* op, std::shared_ptr<NcclState> state, std::vector<Tensor> keep)
+      : op_(op), state_(std::move(state)), keep_(std::move(keep)) {}
+  ~NcclWork() override;
+  void wait() override;
+  bool is_completed() override;
+
+  const char* op() const { return op_; }
+  const Event& done() const { return done_; }
+  // Called once, with the state's mutex held: the operation is on the comm
+  // stream (mark_started), or it could not get there (fail_with).
+  void mark_started(cudaStream_t comm_stream) {
+    done_.record(comm_stream);
+    started_ = true;
+  }
+  void fail_with(std::exception_ptr error) {
+    error_ = std::move(error);
+    started_ = true;
+  }
+  std::function<void()> finish_;  // after the operation, on the caller's thread (a copy back)
+
+ private:
+  void start_if_posted();
+
+  const char* op_;
+  std::shared_ptr<NcclState> state_;
+  Event done_;
+  std::vector<Tensor> keep_;
+  bool started_ = false;  // guarded by the state's mutex while false
+  bool waited_ = false;
+  std::exception_ptr error_;
+};
+
+void NcclState::check_usable(const char* op) const {
+  RG_CHECK(!aborted, op, "expected a working NCCL communicator, got one aborted after an earlier ",
+           "error (", abort_reason, ")");
+}
+
+// Starts every posted send and receive, in posting order, as one group.
+// Errors go to their Works (wait() rethrows them), not to whoever started the group.
+void NcclState::start_pending() {
+  if (pending.empty()) return;
+  std::vector<PendingP2P> group = std::move(pending);
+  pending.clear();
+  try {
+    check_usable(group.front().work->op());
+    // Each transfer starts after its own [ready]: the compute work issued
+    // before it was posted (which wrote what a send reads, or may still read
+    // what a receive overwrites).
+    for (PendingP2P& p : group) p.ready->block(comm_stream);
+    // Between ncclGroupStart and ncclGroupEnd NCCL only records the calls;
+    // ncclGroupEnd launches them together, so none waits for another to begin.
+    RG_NCCL(group.front().work->op(), ncclGroupStart);
+    const PendingP2P* failed = nullptr;
+    ncclResult_t failure = ncclSuccess;
+    for (PendingP2P& p : group) {
+      void* data = p.buf.raw_data();
+      ncclDataType_t type = nccl_type(p.buf.dtype());
+      ncclResult_t result = p.is_send
+                                ? ncclSend(data, count(p.buf), type, p.peer, comm, comm_stream)
+                                : ncclRecv(data, count(p.buf), type, p.peer, comm, comm_stream);
+      if (result != ncclSuccess && !failed) failed = &p, failure = result;
+    }
+    ncclResult_t end = ncclGroupEnd();  // the group is closed even after a failed call in it
+    if (failed)
+      throw_nccl(failed->work->op(), failure, failed->is_send ? "ncclSend" : "ncclRecv", __FILE__,
+                 __LINE__);
+    if (end != ncclSuccess)
+      throw_nccl(group.front().work->op(), end, "ncclGroupEnd", __FILE__, __LINE__);
+    // [done] of each: after the whole group on the comm stream.
+    for (PendingP2P& p : group) p.work->mark_started(comm_stream);
+  } catch (...) {
+    for (PendingP2P& p : group) p.work->fail_with(std::current_exception());
+  }
+}
+
+// Blocks the host until the GPU has passed `done`, watching NCCL's asynchronous
+// error state meanwhile. An NCCL error, or more than timeout_s seconds (when
+// > 0), aborts the communicator and throws, naming the operation and the rank.
+void NcclState::host_wait(const Event& done, const char* op) {
+  auto start = std::chrono::steady_clock::now();
+  for (int polls = 0; !done.passed(); ++polls) {
+    RG_CHECK(!aborted, op, "expected the operation to complete on rank ", rank, "/", size,
+             ", got the NCCL communicator aborted while waiting for it");
+    ncclResult_t async = ncclSuccess;
+    {
+      // Skip this look if another thread is inside an NCCL call (perhaps one
+      // that will never return): the timeout below must still fire.
+      std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
+      if (lock.owns_lock() && comm) RG_NCCL(op, ncclCommGetAsyncError, comm, &async);
+    }
+    if (async != ncclSuccess && async != ncclInProgress) {
+      const char* last = ncclGetLastError(nullptr);
+      std::string why =
+          detail::concat(ncclGetErrorString(async), last && *last ? ": " : "", last ? last : "");
+      abort(why);
+      fail(op, "expected the operation to complete on rank ", rank, "/", size,
+           ", got an NCCL error: ", why,
+           " (ncclCommGetAsyncError); the NCCL communicator was aborted");
+    }
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_s > 0 && waited > timeout_s) {
+      // A peer died or stalled mid-operation: waiting longer would hang this
+      // rank (and its GPU) forever. Abort, say who gave up on what, and let the
+      // error end the job (main_guard aborts every rank).
+      abort(detail::concat(op, " timed out"));
+      fail(op, "did not complete within ", timeout_s, " s on rank ", rank, "/", size,
+           " (RINGGRAD_COMM_TIMEOUT_S); another rank has probably failed or stalled. The NCCL "
+           "communicator was aborted.");
+    }
+    // Eagerly at first (most operations end soon after they are waited for),
+    // then in naps that leave the core to the rest of the program.
+    if (polls < 1000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// ncclCommAbort stops this rank's NCCL kernels (so the streams move on) and
+// frees the communicator without waiting for any peer; every later operation
+// is an error. If another thread is inside an NCCL call (perhaps one that will
+// never return), aborting under it is not safe: the communicator is only
+// marked, and the error on its way up ends the job instead (main_guard).
+void NcclState::abort(const std::string& reason) {
+  std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
+  if (lock.owns_lock()) {
+    if (!aborted) abort_reason = reason;
+    if (comm) ncclCommAbort(comm);
+    comm = nullptr;
+  }
+  aborted = true;
+}
+
+// ---- Work ----
+
+// A posted send/recv starts, with the rest of its group, when someone waits for it.
+void NcclWork::start_if_posted() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (!started_) state_->start_pending();
+}
+
+void NcclWork::wait() {
+  start_if_posted();
+  if (error_) std::rethrow_exception(error_);
+  if (waited_) return;
+  // [done] -> compute stream: kernels issued from now on (the optimizer step
+  // that reads the averaged gradients, an op that reuses this memory) run after
+  // the operation. This is all that correctness needs; the host does not wait.
+  done_.block(state_->compute);
+  // The host waits as well, so that a failed or stalled peer becomes an error
+  // here instead of a GPU that waits forever.
+  if (state_->timeout_s > 0) state_->host_wait(done_, op_);
+  RG_CHECK(!state_->aborted, op_, "expected the operation to complete on rank ", state_->rank, "/",
+           state_->size, ", got the NCCL communicator aborted before it was waited for");
+  waited_ = true;
+  if (finish_) std::exchange(finish_, nullptr)();  // the copy back runs on the compute stream too
+  keep_.clear();  // the memory may be reused now: see "Memory" above
+}
+
+bool NcclWork::is_completed() {
+  start_if_posted();
+  if (error_ || state_->aborted) return true;  // wait() reports the error
+  return done_.passed();
+}
+
+NcclWork::~NcclWork() {
+  // Dropped without wait(): its tensors go back to the allocator now, so the
+  // compute stream must wait for the operation before anything can reuse
+  // their memory. (A posted Work is held by its group until it starts.)
+  if (started_ && !waited_ && !error_) cudaStreamWaitEvent(state_->compute, done_.get(), 0);
+}
+
+// ---- the communicator ----
+
+// NCCL works on contiguous memory. A strided tensor gets a contiguous copy to
+// work in, copied back into it by wait(), after the operation.
+struct InPlace {
+  Tensor buf;
+  std::function<void()> copy_back;
+};
+InPlace in_place(Tensor& t) {
+  if (t.is_contiguous()) return {t, nullptr};
+  Tensor buf = t.contiguous();
+  return {buf, [t, buf]() mutable { t.copy_(buf); }};
+}
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(Communicator& bootstrap, int device)
+      : bootstrap_(bootstrap), state_(std::make_shared<NcclState>()) {
+    NcclState& s = *state_;
+    s.rank = bootstrap.rank();
+    s.size = bootstrap.size();
+    s.device = device;
+    s.timeout_s = timeout_from_env();
+    int gpus = cuda::device_count();
+    RG_CHECK(gpus > 0, "nccl",
+             "expected a CUDA device, got none (the NCCL backend moves CUDA "
+             "tensors; the driver reports no usable GPU)");
+    RG_CHECK(device >= 0 && device < gpus, "nccl", "expected a GPU index in [0, ", gpus, "), got ",
+             device);
+    // NCCL binds the communicator to the current device, and the streams below
+    // belong to it: this rank's GPU first.
+    RG_CUDA_CHECK(cudaSetDevice(device));
+    s.compute = cuda::compute_stream();
+    int stream_device = -1;
+    RG_CUDA_CHECK(cudaStreamGetDevice(s.compute, &stream_device));
+    RG_CHECK(stream_device == device, "nccl",
+             "expected the compute stream on this rank's GPU cuda:", device,
+             ", got it on cuda:", stream_device,
+             " (CUDA was used before the GPU was chosen: construct the World first in main)");
+
+    // 1. Rank 0 makes the id; the bootstrap communicator carries its bytes to
+    //    every rank (as int64s: a dtype every backend moves).
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof(id));
+    static_assert(sizeof(ncclUniqueId) % sizeof(int64_t) == 0);
+    if (s.rank == 0) RG_NCCL("nccl", ncclGetUniqueId, &id);
+    Tensor bytes = empty({static_cast<int64_t>(sizeof(id) / sizeof(int64_t))}, {.dtype = kInt64});
+    std::memcpy(bytes.raw_data(), &id, sizeof(id));
+    bootstrap.broadcast(bytes, 0);
+    std::memcpy(&id, bytes.raw_data(), sizeof(id));
+
+    // 2. Every rank joins; this returns once all of them have (it synchronises them).
+    ncclResult_t joined = ncclCommInitRank(&s.comm, s.size, id, s.rank);
+    if (joined != ncclSuccess)
+      throw_nccl("nccl", joined, "ncclCommInitRank", __FILE__, __LINE__,
+                 detail::concat(" on rank ", s.rank, "/", s.size, ", cuda:", device,
+                                ". NCCL needs one GPU per rank: a host with G GPUs runs at most "
+                                "G ranks (on one GPU: world size 1, or tensors on the CPU)"));
+
+    // 3. The comm stream. Non-blocking: it never waits for the legacy default
+    //    stream, only for the events above.
+    RG_CUDA_CHECK(cudaStreamCreateWithFlags(&s.comm_stream, cudaStreamNonBlocking));
+    barrier_buf_ = zeros({1}, {.device = Device::cuda(device)});
+  }
+
+  ~NcclCommunicator() override {
+    NcclState& s = *state_;
+    bool destroyed = false;
+    if (!s.aborted && s.comm && std::uncaught_exceptions() == 0) {
+      try {
+        // As the MPI backend does at exit: what was posted still happens.
+        {
+          std::lock_guard<std::mutex> lock(s.mutex);
+          s.start_pending();
+        }
+        // Every NCCL operation of this rank is done (within the timeout), so
+        // ncclCommDestroy has nothing left to flush; it synchronises with the
+        // other ranks, which are ending too.
+        Event drained;
+        drained.record(s.comm_stream);
+        s.host_wait(drained, "shutdown");
+        RG_NCCL("shutdown", ncclCommDestroy, s.comm);
+        s.comm = nullptr;
+        destroyed = true;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[rank %d/%d] %s\n", s.rank, s.size, e.what());
+      }
+    }
+    // Destroyed by an exception (peers may be inside a collective, waiting for
+    // this rank; ncclCommDestroy could wait for them), or a failed shutdown:
+    // abort, which is local and immediate.
+    if (!destroyed) s.abort("the communicator was destroyed during an error");
+    if (s.comm_stream) cudaStreamDestroy(s.comm_stream);  // freed once its work is done
+  }
+
+  int rank() const override { return state_->rank; }
+  int size() const override { return state_->size; }
+  std::string backend_name() const override { return "nccl"; }
+
+  WorkHandle all_reduce_async(Tensor& t, Reduce op) override {
+    check_tensor(t, "all_reduce");
+    check_reduce(t, op, "all_reduce");
+    InPlace io = in_place(t);
+    auto work = launch("all_reduce", {io.buf}, [&](ncclComm_t comm, cudaStream_t stream) {
+      // In place: the send and receive buffers are the same.
+      RG_NCCL("all_reduce", ncclAllReduce, io.buf.raw_data(), io.buf.raw_data(), count(io.buf),
+              nccl_type(io.buf.dtype()), nccl_op(op, io.buf.dtype()), comm, stream);
+    });
+    work->finish_ = std::move(io.copy_back);
+    return work;
+  }
+
+  WorkHandle broadcast_async(Tensor& t, int root) override {
+    check_tensor(t, "broadcast");
+    check_rank(root, "broadcast", "root");
+    InPlace io = in_place(t);
+    auto work = launch("broadcast", {io.buf}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("broadcast", ncclBroadcast, io.buf.raw_data(), io.buf.raw_data(), count(io.buf),
+              nccl_type(io.buf.dtype()), root, comm, stream);
+    });
+    work->finish_ = std::move(io.copy_back);
+    return work;
+  }
+
+  // t (…) on every rank -> (size, …): row r is rank r's t.
+  Tensor all_gather(const Tensor& t) override {
+    check_tensor(t, "all_gather");
+    Tensor in = t.contiguous();
+    Shape shape = t.shape();
+    shape.insert(shape.begin(), state_->size);
+    Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
+    launch("all_gather", {in, out}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("all_gather", ncclAllGather, in.raw_data(), out.raw_data(), count(in),
+              nccl_type(in.dtype()), comm, stream);
+    })->wait();
+    return out;
+  }
+
+  // t (size·k, …) -> (k, …): rank r keeps rows [r·k, (r+1)·k) of the reduction.
+  Tensor reduce_scatter(const Tensor& t, Reduce op) override {
+    check_tensor(t, "reduce_scatter");
+    check_reduce(t, op, "reduce_scatter");
+    RG_CHECK(t.dim() >= 1 && t.size(0) % state_->size == 0, "reduce_scatter",
+             "expected dim 0 divisible by the world size ", state_->size, ", got shape ",
+             t.shape());
+    Tensor in = t.contiguous();
+    Shape shape = t.shape();
+    shape[0] /= state_->size;
+    Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
+    launch("reduce_scatter", {in, out}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("reduce_scatter", ncclReduceScatter, in.raw_data(), out.raw_data(), count(out),
+              nccl_type(in.dtype()), nccl_op(op, in.dtype()), comm, stream);
+    })->wait();
+    return out;
+  }
+
+  // The data is read while the send is in flight: do not change t before wait().
+  WorkHandle send_async(const Tensor& t, int dst, int tag) override {
+    check_tensor(t, "send");
+    check_rank(dst, "send", "dst");
+    RG_CHECK(tag >= 0, "send", "expected a tag >= 0, got ", tag);
+    return post("send", /*is_send=*/true, {t.contiguous(), nullptr}, dst);
+  }
+
+  WorkHandle recv_async(Tensor& t, int src, int tag) override {
+    check_tensor(t, "recv");
+    check_rank(src, "recv", "src");
+    RG_CHECK(tag >= 0, "recv", "expected a tag >= 0, got ", tag);
+    return post("recv", /*is_send=*/false, in_place(t), src);
+  }
+
+  // An all-reduce of one number: it completes on a rank only once every rank
+  // has issued it, and (the comm stream runs in order) after every NCCL
+  // operation this rank issued before it. The host waits for it, whatever
+  // RINGGRAD_COMM_TIMEOUT_S says (0 then means: without a time limit).
+  void barrier() override {
+    auto work = launch("barrier", {barrier_buf_}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("barrier", ncclAllReduce, barrier_buf_.raw_data(), barrier_buf_.raw_data(), 1,
+              ncclFloat32, ncclSum, comm, stream);
+    });
+    work->wait();
+    state_->host_wait(work->done(), "barrier");
+  }
+
+  // Stops this rank's NCCL work at once, then ends every rank through the
+  // bootstrap communicator (MPI_Abort; a world of one has nobody to stop).
+  void abort(int code) override {
+    state_->abort("abort() after an error on this rank");
+    bootstrap_.abort(code);
+  }
+
+ private:
+  // Issues one collective: on the comm stream, after [ready]; [done] after it.
+  std::shared_ptr<NcclWork> launch(const char* op, std::vector<Tensor> keep,
+                                   const std::function<void(ncclComm_t, cudaStream_t)>& call) {
+    NcclState& s = *state_;
+    auto work = std::make_shared<NcclWork>(op, state_, std::move(keep));
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.check_usable(op);
+    s.start_pending();  // sends/recvs posted earlier go first: NCCL sees every rank's calls in
+                        // issue order
+    // [ready]: the comm stream waits for everything issued so far on the compute stream.
+    Event ready;
+    ready.record(s.compute);
+    ready.block(s.comm_stream);
+    call(s.comm, s.comm_stream);
+    work->mark_started(s.comm_stream);  // [done]
+    return work;
+  }
+
+  // Posts a send or receive; it starts with its group (start_pending).
+  std::shared_ptr<NcclWork> post(const char* op, bool is_send, InPlace io, int peer) {
+    NcclState& s = *state_;
+    auto work = std::make_shared<NcclWork>(op, state_, std::vector<Tensor>{io.buf});
+    work->finish_ = std::move(io.copy_back);
+    auto ready = std::make_unique<Event>();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.check_usable(op);
+    ready->record(s.compute);  // this transfer's [ready]
+    s.pending.push_back({is_send, io.buf, peer, std::move(ready), work});
+    return work;
+  }
+
+  void check_tensor(const Tensor& t, const char* op) const {
+    RG_CHECK(t.defined(), op, "expected a defined tensor, got an undefined one");
+    RG_CHECK(t.device().is_cuda(), op, "expected a CUDA tensor for the nccl backend, got ",
+             t.device(), " (", t.describe(), "; CPU tensors go through the MPI backend)");
+    RG_CHECK(t.device().index == state_->device, op,
+             "expected a tensor on this rank's GPU cuda:", state_->device, ", got ", t.describe());
+  }
+  static void check_reduce(const Tensor& t, Reduce op, const char* name) {
+    RG_CHECK(op != Reduce::Avg || is_floating(t.dtype()), name,
+             "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
+  }
+  void check_rank(int r, const char* op, const char* what) const {
+    RG_CHECK(r >= 0 && r < state_->size, op, "expected ", what, " in [0, ", state_->size, "), got ",
+             r);
+  }
+
+  Communicator& bootstrap_;
+  std::shared_ptr<NcclState> state_;
+  Tensor barrier_buf_;  // one float32 on this rank's GPU
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device) {
+  return std::make_unique<NcclCommunicator>(bootstrap, device);
+}
+
+}  // namespace ringgrad::parallel
