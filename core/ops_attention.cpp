@@ -273,12 +273,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     o.dropout_seed = gen.seed();
     o.dropout_offset = gen.advance(uint64_t(q.size(0) * q.size(1) * o.total_q * o.total_k));
   }
-  AttentionOutput r = attention_forward(q, k, v, o);
+  // Contiguous once, here: forward and backward both read these (heads split off a
+  // (B, T, E) tensor arrive as transposed views).
+  Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
+  AttentionOutput r = attention_forward(qc, kc, vc, o);
   if (autograd::needs_grad({&q, &k, &v}))
     autograd::record(kOp, r.out, {&q, &k, &v},
-                     [q = q.detach(), k = k.detach(), v = v.detach(), out = r.out.detach(),
-                      lse = r.lse, o](const Tensor& g) {
-                       AttentionGrads d = attention_backward(q, k, v, out, lse, g, o);
+                     [qc, kc, vc, out = r.out.detach(), lse = r.lse, o](const Tensor& g) {
+                       AttentionGrads d = attention_backward(qc, kc, vc, out, lse, g, o);
                        return autograd::Grads{d.dq, d.dk, d.dv};
                      });
   return r.out;

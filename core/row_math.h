@@ -65,14 +65,6 @@ struct AttentionRow {
   uint64_t seed = 0, counter = 0;  // the dropout counter of key 0 of this row
 };
 
-template <typename T>
-RG_HD T attention_score(const AttentionRow<T>& r, const T* s, int64_t j) {
-  if (j >= r.limit) return T(-INFINITY);
-  T x = r.scale * s[j];
-  if (r.mask) x += r.mask[j * r.mask_stride];
-  return x;
-}
-
 // Dropout's factor for key j: 0 if dropped, 1/(1−p) if kept (1 without dropout).
 template <typename T>
 RG_HD T attention_keep(const AttentionRow<T>& r, int64_t j) {
@@ -87,23 +79,48 @@ RG_HD T attention_keep(const AttentionRow<T>& r, int64_t j) {
 // unnormalised output so far (dv elements, stride o_stride). After the call,
 // s[j] = exp(x_j − m)·keep_j, which the caller multiplies into this block's V and
 // adds to o. A row that has seen only masked keys keeps m = −∞, l = 0, o = 0.
+// (Loops are kept free of branches so that the CPU compiler vectorises them.)
 template <typename T>
 RG_HD void attention_row_forward(const AttentionRow<T>& r, T* s, T& m, T& l, T* o, int64_t dv,
                                  int64_t o_stride) {
+  // Locals, not r's fields: the compiler then knows no store to s changes them.
+  const int64_t cols = r.cols, limit = r.limit, mask_stride = r.mask_stride;
+  const T scale = r.scale;
+  const T* mask = r.mask;
+  // Pass 1: s[j] = x_j (the score, −∞ where masked), and the block's max.
   T block_max = T(-INFINITY);
-  for (int64_t j = 0; j < r.cols; ++j) block_max = maximum(block_max, attention_score(r, s, j));
-  T m_new = maximum(m, block_max);
+  if (mask) {
+    RG_SIMD_REDUCE(max : block_max)
+    for (int64_t j = 0; j < limit; ++j) {
+      T x = scale * s[j] + mask[j * mask_stride];
+      s[j] = x;
+      block_max = x > block_max ? x : block_max;
+    }
+  } else {
+    RG_SIMD_REDUCE(max : block_max)
+    for (int64_t j = 0; j < limit; ++j) {
+      T x = scale * s[j];
+      s[j] = x;
+      block_max = x > block_max ? x : block_max;
+    }
+  }
+  for (int64_t j = limit; j < cols; ++j) s[j] = T(-INFINITY);
+  const T m_new = m > block_max ? m : block_max;
   if (m_new == T(-INFINITY)) {  // every key so far is masked
-    for (int64_t j = 0; j < r.cols; ++j) s[j] = T(0);
+    for (int64_t j = 0; j < cols; ++j) s[j] = T(0);
     return;
   }
+  // Pass 2: s[j] = exp(x_j − m_new) (0 for masked keys), summed before dropout.
   T sum = 0;
-  for (int64_t j = 0; j < r.cols; ++j) {
-    T e = std::exp(attention_score(r, s, j) - m_new);  // exp(−∞) = 0 for masked keys
+  RG_SIMD_REDUCE(+ : sum)
+  for (int64_t j = 0; j < cols; ++j) {
+    T e = exp_vec(s[j] - m_new);
+    s[j] = e;
     sum += e;
-    s[j] = e * attention_keep(r, j);
   }
-  T correction = std::exp(m - m_new);  // 0 on the first block (m = −∞)
+  if (r.dropout_p != T(0))
+    for (int64_t j = 0; j < cols; ++j) s[j] *= attention_keep(r, j);
+  const T correction = exp_vec(m - m_new);  // 0 on the first block (m = −∞)
   if (correction != T(1))
     for (int64_t c = 0; c < dv; ++c) o[c * o_stride] *= correction;
   l = l * correction + sum;
@@ -113,19 +130,36 @@ RG_HD void attention_row_forward(const AttentionRow<T>& r, T* s, T& m, T& l, T* 
 // Backward, first pass: s[j] = P_j = exp(x_j − lse), pd[j] = P_j·keep_j (pd may be null).
 template <typename T>
 RG_HD void attention_row_probs(const AttentionRow<T>& r, T* s, T lse, T* pd) {
-  for (int64_t j = 0; j < r.cols; ++j) {
-    T p = lse == T(-INFINITY) ? T(0) : std::exp(attention_score(r, s, j) - lse);
-    s[j] = p;
-    if (pd) pd[j] = p * attention_keep(r, j);
+  const int64_t cols = r.cols, limit = r.limit, mask_stride = r.mask_stride;
+  const T scale = r.scale;
+  const T* mask = r.mask;
+  if (lse == T(-INFINITY)) {  // a row that saw no key at all
+    for (int64_t j = 0; j < cols; ++j) s[j] = T(0);
+  } else if (mask) {
+    RG_SIMD
+    for (int64_t j = 0; j < limit; ++j) s[j] = exp_vec(scale * s[j] + mask[j * mask_stride] - lse);
+  } else {
+    RG_SIMD
+    for (int64_t j = 0; j < limit; ++j) s[j] = exp_vec(scale * s[j] - lse);
   }
+  for (int64_t j = limit; j < cols; ++j) s[j] = T(0);
+  if (pd)
+    for (int64_t j = 0; j < cols; ++j) pd[j] = s[j] * attention_keep(r, j);
 }
 
 // Backward, second pass: dp[j] holds dO·V_jᵀ, the gradient of the dropped-out P.
 // The gradient of the raw score Q·K_jᵀ is scale·P_j·(dp_j·keep_j − D), D = rowsum(dO ⊙ O).
 template <typename T>
 RG_HD void attention_row_grad(const AttentionRow<T>& r, const T* p, T* dp, T dsum) {
-  for (int64_t j = 0; j < r.cols; ++j)
-    dp[j] = r.scale * p[j] * (dp[j] * attention_keep(r, j) - dsum);
+  const int64_t cols = r.cols;
+  const T scale = r.scale;
+  if (r.dropout_p == T(0)) {
+    RG_SIMD
+    for (int64_t j = 0; j < cols; ++j) dp[j] = scale * p[j] * (dp[j] - dsum);
+  } else {
+    for (int64_t j = 0; j < cols; ++j)
+      dp[j] = scale * p[j] * (dp[j] * attention_keep(r, j) - dsum);
+  }
 }
 
 // The AttentionRow of row i of tile pair n (= b·heads + h). The tile describes
