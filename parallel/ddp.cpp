@@ -27,6 +27,8 @@ struct Bucket {
 struct DistributedDataParallel::State {
   Communicator* comm = nullptr;
   bool find_unused = false;
+  bool grad_as_view = true;
+  bool single = false;  // a world of one: gradients are already the global ones
   const bool* sync = nullptr;
   std::vector<std::string> names;
   std::vector<Tensor> params;
@@ -58,6 +60,10 @@ struct DistributedDataParallel::State {
   void mark_ready(size_t p, const Tensor& grad) {
     if (ready[p]) return;  // one gradient per parameter per backward
     ready[p] = true;
+    if (single) {  // nothing to average, nothing to send: only the bookkeeping
+      if (!grad.defined()) params[p].set_grad(zeros_like(params[p].detach()));
+      return;
+    }
     Tensor dst = slot(p);
     if (grad.defined())
       dst.copy_(grad);
@@ -101,6 +107,10 @@ struct DistributedDataParallel::State {
     }
     for (size_t p = 0; p < params.size(); ++p)
       if (!ready[p]) mark_ready(p, Tensor());
+    if (single) {
+      active = false;
+      return;
+    }
     auto wait_start = std::chrono::steady_clock::now();
     {
       trace::Span wait("wait for all-reduces", "ddp");
@@ -108,15 +118,10 @@ struct DistributedDataParallel::State {
     }
     wait_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-    // Averaged gradients back into .grad, where the optimizer looks.
-    for (size_t p = 0; p < params.size(); ++p) {
-      Tensor avg = slot(p);
-      Tensor g = params[p].grad();
-      if (g.defined() && g.shape() == avg.shape())
-        g.copy_(avg);
-      else
-        params[p].set_grad(avg.clone());
-    }
+    // Averaged gradients into .grad, where the optimizer looks: the bucket's own
+    // slices (no copy), or copies when the user asked for them.
+    for (size_t p = 0; p < params.size(); ++p)
+      params[p].set_grad(grad_as_view ? slot(p) : slot(p).clone());
     active = false;
   }
 };
@@ -130,6 +135,8 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
   State& s = *state_;
   s.comm = &comm;
   s.find_unused = options.find_unused_parameters;
+  s.grad_as_view = options.gradient_as_bucket_view;
+  s.single = comm.size() == 1;
   s.sync = &sync_;
 
   // 1. Every replica starts from rank 0's values.

@@ -18,8 +18,10 @@
 //     full it starts a non-blocking all-reduce (average) and backward carries
 //     on. Buckets start strictly in order, so every rank issues the same
 //     collectives in the same order.
-//  4. At the end of backward, DDP waits for the buckets and writes the averaged
-//     gradients back into .grad: optimizer.step() sees the global gradient.
+//  4. At the end of backward, DDP waits for the buckets and points each .grad at
+//     its averaged slice of the bucket: optimizer.step() sees the global gradient.
+// In a world of one there is nothing to average: DDP keeps its checks (unused
+// parameters) but copies and sends nothing.
 // The contract (tested with 1–4 processes): N ranks with batch B end with the
 // same parameters as one process with batch N·B.
 #pragma once
@@ -39,6 +41,11 @@ struct DDPOptions {
   // Parameters that get no gradient in a backward: an error naming them
   // (default), or, when true, reduced as zeros.
   bool find_unused_parameters = false;
+  // After backward each .grad is a view into DDP's bucket (the averaged values in
+  // place, no copy back), as PyTorch's gradient_as_bucket_view: the next synchronised
+  // backward overwrites it, so copy a .grad you want to keep across steps. false:
+  // .grad gets its own copy.
+  bool gradient_as_bucket_view = true;
 };
 
 class DistributedDataParallel {
