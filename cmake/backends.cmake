@@ -22,11 +22,37 @@ if(NOT RINGGRAD_CUDA STREQUAL "OFF")
     enable_language(CUDA)
     find_package(CUDAToolkit)
   endif()
-  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)
+  # cuDNN (softmax / log-softmax): cudnn.h and libcudnn, in the CUDA toolkit, a
+  # system path (NVIDIA's libcudnn9-dev-cuda-13), or under $CUDNN_HOME / $CUDNN_ROOT
+  # (e.g. site-packages/nvidia/cudnn of the nvidia-cudnn-cu13 wheel). libcudnn.so.9
+  # is cuDNN 9's shim: it loads the sub-libraries it needs (libcudnn_graph,
+  # libcudnn_ops) from its own directory when first called.
+  if(CUDAToolkit_FOUND)
+    find_path(CUDNN_INCLUDE_DIR cudnn.h
+              HINTS ENV CUDNN_HOME ENV CUDNN_ROOT ${CUDAToolkit_INCLUDE_DIRS}
+              PATH_SUFFIXES include)
+    find_library(CUDNN_LIBRARY cudnn
+                 HINTS ENV CUDNN_HOME ENV CUDNN_ROOT ${CUDAToolkit_LIBRARY_DIR}
+                       ${CUDAToolkit_LIBRARY_ROOT}
+                 PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
+  endif()
+  string(CONCAT cudnn_hint "install cuDNN 9 (NVIDIA's CUDA apt repository: apt-get install "
+                          "libcudnn9-dev-cuda-13, or pip install nvidia-cudnn-cu13 and set "
+                          "CUDNN_HOME to its site-packages/nvidia/cudnn directory)")
+  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY)
     set(RINGGRAD_HAVE_CUDA ON)
-  elseif(RINGGRAD_CUDA STREQUAL "ON")
+  elseif(RINGGRAD_CUDA STREQUAL "ON" AND NOT (CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND))
     message(FATAL_ERROR "RINGGRAD_CUDA=ON but no CUDA compiler/toolkit was found "
                         "(is nvcc on PATH? try -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)")
+  elseif(RINGGRAD_CUDA STREQUAL "ON")
+    string(CONCAT msg "RINGGRAD_CUDA=ON but cuDNN was not found (cudnn.h: ${CUDNN_INCLUDE_DIR}, "
+                      "libcudnn: ${CUDNN_LIBRARY}), which the CUDA backend needs for softmax: "
+                      "${cudnn_hint}, or build without CUDA: -DRINGGRAD_CUDA=OFF")
+    message(FATAL_ERROR "${msg}")
+  elseif(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)
+    string(CONCAT msg "CUDA toolkit found but not cuDNN: building without the CUDA backend. To "
+                      "build it, ${cudnn_hint}")
+    message(WARNING "${msg}")
   endif()
 endif()
 if(RINGGRAD_HAVE_CUDA)
@@ -39,7 +65,9 @@ if(RINGGRAD_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   file(GLOB cuda_sources CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/core/cuda/*.cu)
   list(APPEND RINGGRAD_BACKEND_SOURCES ${cuda_sources})
-  list(APPEND RINGGRAD_BACKEND_LIBS CUDA::cudart CUDA::cublas)
+  # common.cuh includes cudnn.h; every source that includes common.cuh needs its directory.
+  set_property(SOURCE ${cuda_sources} APPEND PROPERTY INCLUDE_DIRECTORIES ${CUDNN_INCLUDE_DIR})
+  list(APPEND RINGGRAD_BACKEND_LIBS CUDA::cudart CUDA::cublas ${CUDNN_LIBRARY})
 else()
   list(APPEND RINGGRAD_BACKEND_SOURCES ${CMAKE_SOURCE_DIR}/core/cuda/stub.cpp)
 endif()
@@ -95,7 +123,8 @@ endif()
 if(RINGGRAD_HAVE_NCCL)
   set(nccl_source ${CMAKE_SOURCE_DIR}/parallel/nccl/nccl_communicator.cpp)
   list(APPEND RINGGRAD_BACKEND_SOURCES ${nccl_source})
-  set_property(SOURCE ${nccl_source} APPEND PROPERTY INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+  set_property(SOURCE ${nccl_source} APPEND PROPERTY INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR}
+                                                                         ${CUDNN_INCLUDE_DIR})
   list(APPEND RINGGRAD_BACKEND_LIBS ${NCCL_LIBRARY})
 else()
   list(APPEND RINGGRAD_BACKEND_SOURCES ${CMAKE_SOURCE_DIR}/parallel/nccl/stub.cpp)
@@ -103,3 +132,6 @@ endif()
 
 message(STATUS "ringgrad: CUDA backend ${RINGGRAD_HAVE_CUDA}, MPI ${RINGGRAD_HAVE_MPI}, "
                "NCCL ${RINGGRAD_HAVE_NCCL}")
+if(RINGGRAD_HAVE_CUDA)
+  message(STATUS "ringgrad: cuDNN ${CUDNN_LIBRARY}")
+endif()

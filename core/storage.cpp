@@ -1,10 +1,15 @@
 // storage.cpp — allocation through the device's backend, with live-byte counters.
+//
+// Pinned CPU storages come from the CUDA backend's pinned allocator
+// (core/cuda/pinned.h), which gives nothing without a usable GPU: such a
+// storage then falls back to the CPU allocator, and pinned() is false.
 #include "ringgrad/core/storage.h"
 
 #include <atomic>
 
 #include "ringgrad/core/backend.h"
 #include "ringgrad/core/cpu/cpu_backend.h"
+#include "ringgrad/core/cuda/pinned.h"
 
 namespace ringgrad {
 namespace {
@@ -20,8 +25,10 @@ Counters& counters(Device d) {
 
 }  // namespace
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  data_ = backend(device, "allocate").allocate(nbytes);
+Storage::Storage(size_t nbytes, Device device, bool pin) : nbytes_(nbytes), device_(device) {
+  if (pin && device.is_cpu()) data_ = cuda::allocate_pinned(nbytes);
+  pinned_ = data_ != nullptr;
+  if (!pinned_) data_ = backend(device, "allocate").allocate(nbytes);
   Counters& c = counters(device);
   int64_t live = c.live.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
   int64_t peak = c.peak.load();
@@ -31,7 +38,10 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
 }
 
 Storage::~Storage() {
-  backend(device_, "free").deallocate(data_, nbytes_);
+  if (pinned_)
+    cuda::free_pinned(data_, nbytes_);
+  else
+    backend(device_, "free").deallocate(data_, nbytes_);
   counters(device_).live.fetch_sub(static_cast<int64_t>(nbytes_));
 }
 
@@ -41,8 +51,12 @@ MemoryStats memory_stats(Device device) {
 }
 
 void empty_cache(Device device) {
-  if (device.is_cpu()) cpu::release_cached_memory();
-  else cuda::release_cached_memory();
+  if (device.is_cpu()) {
+    cpu::release_cached_memory();
+    cuda::release_pinned_memory();
+  } else {
+    cuda::release_cached_memory();
+  }
 }
 
 void reset_peak_memory(Device device) {

@@ -3,6 +3,11 @@
 // Many tensors (views) may share one Storage; it is freed when the last one
 // goes. Every allocation is counted, so tests and benchmarks can see how many
 // bytes are alive (a freed autograd graph must give its memory back).
+//
+// A CPU storage may be pinned (page-locked) when a GPU is present: the GPU then
+// copies it in one direct DMA (what DataLoader's pin_memory asks for). Pinning is
+// a request: without a usable GPU the storage gets ordinary memory, and pinned()
+// says which one it got.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +20,8 @@ namespace ringgrad {
 
 class Storage {
  public:
-  Storage(size_t nbytes, Device device);
+  // pin: for a CPU storage, ask for page-locked memory (ignored on other devices).
+  Storage(size_t nbytes, Device device, bool pin = false);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -23,11 +29,13 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  bool pinned_ = false;
 };
 
 struct MemoryStats {
@@ -39,7 +47,8 @@ struct MemoryStats {
 // Counters per device type (all CPU storages together, all CUDA storages together).
 MemoryStats memory_stats(Device device = Device::cpu());
 void reset_peak_memory(Device device = Device::cpu());
-// Give the allocator's cached free blocks back to the system (like torch.cuda.empty_cache).
+// Give the allocator's cached free blocks back to the system (like torch.cuda.empty_cache;
+// on the CPU, cached pinned blocks too).
 void empty_cache(Device device = Device::cpu());
 
 }  // namespace ringgrad

@@ -1,14 +1,38 @@
 // dataloader.cpp — cutting a sampler's order into batches.
 //
 // Batch b of an epoch holds the examples order[b·B … min((b+1)·B, n)), B = batch_size;
-// the dataset assembles them (for MNIST, one index_select over the whole split).
+// the dataset assembles them (for MNIST, one index_select over the whole split). With
+// pin_memory, each CPU tensor of the batch is then copied into a pinned Storage, as
+// PyTorch's pin-memory step does.
 #include "ringgrad/data/dataloader.h"
 
 #include <algorithm>
+#include <cstring>
 
+#include "ringgrad/core/device.h"
 #include "ringgrad/core/error.h"
 
 namespace ringgrad::data {
+namespace {
+
+// t's values in a new contiguous CPU tensor in page-locked memory; t itself where
+// there is nothing to pin (not a CPU tensor, or no GPU to give pinned memory).
+Tensor pinned(const Tensor& t) {
+  if (!t.defined() || !t.device().is_cpu()) return t;
+  Tensor src = t.contiguous();
+  auto storage = std::make_shared<Storage>(src.nbytes(), kCPU, /*pin=*/true);
+  if (!storage->pinned()) return t;
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->shape = src.shape();
+  impl->strides = contiguous_strides(src.shape());
+  impl->dtype = src.dtype();
+  Tensor out(std::move(impl));
+  if (src.nbytes() > 0) std::memcpy(out.raw_data(), src.raw_data(), src.nbytes());
+  return out;
+}
+
+}  // namespace
 
 DataLoader::DataLoader(const Dataset& dataset, DataLoaderOptions options)
     : dataset_(&dataset), options_(options), sampler_(options.sampler) {
@@ -57,6 +81,8 @@ Batch& DataLoader::Iterator::operator*() const {
     const int64_t first = batch_ * b, last = std::min(first + b, n);
     std::vector<int64_t> indices(order_->begin() + first, order_->begin() + last);
     current_ = loader_->dataset_->get_batch(indices);
+    if (loader_->options_.pin_memory && cuda::is_available())
+      current_ = {pinned(current_.x), pinned(current_.y)};
     loaded_ = true;
   }
   return current_;

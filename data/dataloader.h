@@ -11,6 +11,13 @@
 // itself (RandomSampler with `.shuffle`, SequentialSampler otherwise). Each begin()
 // asks the sampler for the epoch's order, so iterating again replays or reshuffles
 // according to the sampler's epoch at that time.
+//
+// With `.pin_memory = true` (as in PyTorch) each batch's CPU tensors are copied into
+// page-locked memory when the batch is assembled, so `x.to(cuda)` is one direct,
+// asynchronous DMA instead of a copy through a staging buffer. Without a usable GPU
+// the batches stay in ordinary memory (same values; nothing to pin for). A pinned
+// batch is for reading: `.to(cuda)` does not wait for its DMA, so write into a copy
+// (x.clone()), not into x, after moving it.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +37,7 @@ struct DataLoaderOptions {
   uint64_t seed = 0;           // the shuffle's seed; epoch e uses seed + e
   bool drop_last = false;      // skip a last batch smaller than batch_size
   Sampler* sampler = nullptr;  // the caller's order (not with shuffle); must outlive the loader
+  bool pin_memory = false;     // batches in page-locked memory, for fast copies to a GPU
 };
 
 class DataLoader {

@@ -64,7 +64,10 @@ int main(int argc, char** argv) {
     rg::manual_seed(seed);
     rg::data::MNIST train(data_dir, rg::data::Split::Train);
     rg::data::MNIST test(data_dir, rg::data::Split::Test);
-    rg::data::DataLoader loader(train, {.batch_size = batch_size, .shuffle = true, .seed = seed});
+    rg::data::DataLoader loader(train, {.batch_size = batch_size,
+                                        .shuffle = true,
+                                        .seed = seed,
+                                        .pin_memory = rg::Device::resolve(device_name).is_cuda()});
 
     rg::Device device = rg::Device::resolve(device_name);
     SimpleModel model;

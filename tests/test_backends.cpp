@@ -146,6 +146,35 @@ std::vector<OpCase> all_cases() {
           [] {
             return r({6, 11}, -3, 3);
           }),
+      // (log-)softmax over a middle dim ([outer, r, inner] = [3, 7, 5], cuDNN's N, C, H),
+      // over dim 0 (outer = 1), and in float64 (cuDNN's double path)
+      un(
+          "softmax_mid", [](auto& x) { return rg::softmax(x, 1); },
+          [] {
+            return r({3, 7, 5}, -4, 4);
+          }),
+      un(
+          "log_softmax_mid", [](auto& x) { return rg::log_softmax(x, 1); },
+          [] {
+            return r({3, 7, 5}, -4, 4);
+          }),
+      un(
+          "softmax_dim0_f64", [](auto& x) { return rg::softmax(x, 0); },
+          [] {
+            return r({9, 2, 3}, -4, 4).to(rg::kFloat64);
+          }),
+      un(
+          "log_softmax_mid_f64", [](auto& x) { return rg::log_softmax(x, -2); },
+          [] {
+            return r({2, 5, 6, 3}, -4, 4).to(rg::kFloat64);
+          }),
+      // A >64 KiB CPU tensor (the input, 130·131 float32) goes to the device through the
+      // pinned staging buffer, and its gradient (as big) comes back: both exact.
+      OpCase{"to_device_staged",
+             [] {
+               return V{r({130, 131})};
+             },
+             [](const V& in) { return in[0] * 1.0; }, 0.0},
       // matmul: plain, transposed operand, batched with broadcast batch dims
       bin("matmul", [](auto& a, auto& b) { return rg::matmul(a, b); }, {5, 7}, {7, 3}),
       bin("matmul_t", [](auto& a, auto& b) { return rg::matmul(a, b.t()); }, {5, 7}, {3, 7}),

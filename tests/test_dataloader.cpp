@@ -203,3 +203,32 @@ TEST_CASE("data: DataLoader iterators") {
   test::check_close(kept, {0, 0, 1, 1});
   static_assert(std::input_iterator<rg::data::DataLoader::Iterator>);
 }
+
+TEST_CASE("data: pin_memory gives the same batches, pinned only where a GPU is present") {
+  // A dataset whose x is a non-contiguous view, so the pinned copy must gather it.
+  rg::Tensor x = rg::arange(0, 42).reshape({3, 14}).t();  // (14, 3)
+  rg::Tensor y = rg::arange(0, 14, 1, {.dtype = rg::kInt64});
+  rg::data::TensorDataset ds(x, y);
+  rg::data::DataLoader plain(ds, {.batch_size = 4, .shuffle = true, .seed = 5});
+  rg::data::DataLoader pinned(ds,
+                              {.batch_size = 4, .shuffle = true, .seed = 5, .pin_memory = true});
+  CHECK(pinned.options().pin_memory);
+  CHECK(pinned.size() == plain.size());
+  const bool gpu = rg::cuda::is_available();
+  int64_t batches = 0;
+  for (auto a = plain.begin(), b = pinned.begin(); a != plain.end(); ++a, ++b, ++batches) {
+    REQUIRE(b != pinned.end());
+    CHECK(b->x.shape() == a->x.shape());
+    CHECK(b->y.shape() == a->y.shape());
+    CHECK(b->x.dtype() == a->x.dtype());
+    CHECK(b->y.dtype() == a->y.dtype());
+    CHECK(b->x.device() == rg::kCPU);
+    CHECK(b->x.tolist<double>() == a->x.tolist<double>());
+    CHECK(b->y.tolist<int64_t>() == a->y.tolist<int64_t>());
+    // Pinned memory only where there is a GPU to copy to; ordinary memory otherwise.
+    CHECK(b->x.storage()->pinned() == gpu);
+    CHECK(b->y.storage()->pinned() == gpu);
+    CHECK_FALSE(a->x.storage()->pinned());
+  }
+  CHECK(batches == 4);  // 14 examples in batches of 4: the last holds 2
+}

@@ -1,15 +1,19 @@
 // common.cuh — what every CUDA source of the backend shares (internal).
 //
-// Error checks that name the call and file:line, the device's compute stream,
-// and StridedView: a TensorRef in the form a kernel takes by value, with the
-// index arithmetic that turns an element number into a strided offset.
+// Error checks that name the call and file:line, the device's compute stream
+// and the cuBLAS and cuDNN handles bound to it, and StridedView: a TensorRef in
+// the form a kernel takes by value, with the index arithmetic that turns an
+// element number into a strided offset.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <climits>
 #include <cstdint>
+#include <mutex>
+#include <string>
 
 #include "ringgrad/core/backend.h"
 #include "ringgrad/core/dispatch.h"
@@ -33,6 +37,25 @@ namespace ringgrad::cuda {
           #call, " failed: ", cublasGetStatusString(st_), " at ", __FILE__, ":", __LINE__)); \
   } while (0)
 
+// cuDNN's status text, plus the detail cuDNN 9 keeps about the last failure
+// (which argument it rejected), when it has any.
+inline std::string cudnn_error_text(cudnnStatus_t status) {
+  std::string text = cudnnGetErrorString(status);
+  char detail[512] = {};
+  cudnnGetLastErrorString(detail, sizeof(detail));
+  if (detail[0]) text += std::string(" (") + detail + ")";
+  return text;
+}
+
+#define RG_CUDNN_CHECK(call)                                                                      \
+  do {                                                                                            \
+    cudnnStatus_t st_ = (call);                                                                   \
+    if (st_ != CUDNN_STATUS_SUCCESS)                                                              \
+      throw ::ringgrad::Error(                                                                    \
+          ::ringgrad::detail::concat(#call, " failed: ", ::ringgrad::cuda::cudnn_error_text(st_), \
+                                     " at ", __FILE__, ":", __LINE__));                           \
+  } while (0)
+
 // After a kernel launch: a bad configuration shows up here, not later.
 #define RG_CUDA_CHECK_LAUNCH() RG_CUDA_CHECK(cudaGetLastError())
 
@@ -40,6 +63,10 @@ namespace ringgrad::cuda {
 // without any synchronisation between them).
 cudaStream_t compute_stream();
 cublasHandle_t cublas_handle();
+// One cuDNN handle per process, made on first use and bound to compute_stream().
+// A handle must not be used by two threads at once: callers hold cudnn_mutex().
+cudnnHandle_t cudnn_handle();
+std::mutex& cudnn_mutex();
 
 // A strided operand as a kernel sees it (passed by value).
 struct StridedView {

@@ -1,8 +1,8 @@
 // cuda_backend.cuh — the CUDA implementation of Backend (internal).
 //
 // Grid-stride kernels over strided views (common.cuh) for elementwise work,
-// one thread per output row for reductions, cuBLAS for GEMM, atomics for the
-// adding index ops, all on one compute stream per process. Every kernel
+// one thread per output row for reductions, cuBLAS for GEMM, cuDNN for softmax,
+// atomics for the adding index ops, all on one compute stream per process. Every kernel
 // instantiates the same math as the CPU (kernel_math.h); tests compare each
 // op with the CPU result wherever a GPU is present.
 #pragma once

@@ -1,10 +1,20 @@
 // reduce.cu — CUDA reductions, softmax and cross-entropy over [outer, r, inner] blocks.
 //
-// One thread per output element walks its r inputs (stride `inner`): simple
-// and exact, and enough for the row sizes of the examples (class counts,
-// sequence lengths). A block-cooperative version for very long rows is the
-// obvious next step once a GPU can measure it.
+// Reductions and cross-entropy: one thread per output element walks its r inputs
+// (stride `inner`): simple and exact, and enough for the row sizes of the
+// examples (class counts, sequence lengths). A block-cooperative version for very
+// long rows is the obvious next step once a GPU can measure it.
+//
+// Softmax and log-softmax, forward and backward, go to cuDNN (legacy API,
+// cudnnSoftmaxForward / cudnnSoftmaxBackward in libcudnn_ops). Our [outer, r, inner]
+// block is a packed NCHW tensor with N = outer, C = r, H = inner, W = 1: element
+// (n, c, h) lies at (n·r + c)·inner + h in both. CUDNN_SOFTMAX_MODE_CHANNEL
+// normalises over C for each (n, h, w), i.e. over r for each (outer, inner).
+// cuDNN's dims are int and a tensor holds at most 2^31 − 1 elements: a bigger
+// block goes in slices along outer, and a single [r, inner] slice too big for
+// one descriptor falls back to the thread-per-row kernels below.
 #include <cfloat>
+#include <climits>
 
 #include "ringgrad/core/cuda/cuda_backend.h"
 
@@ -172,27 +182,104 @@ void CudaBackend::reduce(ReduceOp op, const TensorRef& in, const TensorRef& out,
   RG_CUDA_CHECK_LAUNCH();
 }
 
-void CudaBackend::softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
-                          int64_t inner, bool log) {
-  int64_t n = outer * inner;
-  if (n == 0) return;
-  dispatch_floating(in.dtype, "softmax", [&]<typename T>() {
-    softmax_kernel<T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
-        static_cast<const T*>(in.data), static_cast<T*>(out.data), outer, r, inner, log);
-  });
-  RG_CUDA_CHECK_LAUNCH();
+// ---------------------------------------------------------------- softmax through cuDNN
+
+namespace {
+
+// An owned cuDNN tensor descriptor, destroyed at scope exit.
+class TensorDesc {
+ public:
+  TensorDesc() { RG_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_)); }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(desc_); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  cudnnTensorDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnTensorDescriptor_t desc_ = nullptr;
+};
+
+// `rows` rows of a contiguous [outer, r, inner] block of T, as packed NCHW:
+// N = rows, C = r, H = inner, W = 1 (strides r·inner, inner, 1, 1).
+template <typename T>
+void describe_block(const TensorDesc& desc, int64_t rows, int64_t r, int64_t inner) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  const cudnnDataType_t type = std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+  RG_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc.get(), CUDNN_TENSOR_NCHW, type, int(rows), int(r),
+                                            int(inner), 1));
 }
 
+// How many rows of outer one descriptor may hold (≥ 1), or 0 when even one
+// [r, inner] slice exceeds cuDNN's 2^31 − 1 elements: then the kernels run.
+int64_t cudnn_rows_per_call(int64_t r, int64_t inner) {
+  if (r > INT_MAX || inner > INT_MAX || r * inner > INT_MAX) return 0;
+  return INT_MAX / (r * inner);
+}
+
+// Calls f(first_row, rows) for slices of [0, outer) that fit one descriptor.
+template <typename F>
+void for_cudnn_slices(int64_t outer, int64_t per_call, F&& f) {
+  for (int64_t first = 0; first < outer; first += per_call)
+    f(first, std::min(per_call, outer - first));
+}
+
+}  // namespace
+
+void CudaBackend::softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
+                          int64_t inner, bool log) {
+  if (outer * r * inner == 0) return;
+  dispatch_floating(in.dtype, "softmax", [&]<typename T>() {
+    const int64_t per_call = cudnn_rows_per_call(r, inner);
+    if (per_call == 0) {  // a single row too big for cuDNN's int dims: one thread per row
+      softmax_kernel<T><<<blocks_for(outer * inner), kBlock, 0, compute_stream()>>>(
+          static_cast<const T*>(in.data), static_cast<T*>(out.data), outer, r, inner, log);
+      RG_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    // y = 1·softmax(x) + 0·y; cuDNN takes alpha and beta as double for double data, else float.
+    const T one = 1, zero = 0;
+    const cudnnSoftmaxAlgorithm_t algo = log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE;
+    std::lock_guard<std::mutex> lock(cudnn_mutex());
+    for_cudnn_slices(outer, per_call, [&](int64_t first, int64_t rows) {
+      TensorDesc desc;
+      describe_block<T>(desc, rows, r, inner);
+      const int64_t offset = first * r * inner;
+      RG_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_handle(), algo, CUDNN_SOFTMAX_MODE_CHANNEL, &one,
+                                         desc.get(), static_cast<const T*>(in.data) + offset, &zero,
+                                         desc.get(), static_cast<T*>(out.data) + offset));
+    });
+  });
+}
+
+// Given y = softmax(x) (or log_softmax(x)) and g = dL/dy, cuDNN computes
+//   softmax:      dx = y·(g − Σ_r g·y)
+//   log_softmax:  dx = g − exp(y)·Σ_r g
+// the same formulas as the CPU and the fallback kernel.
 void CudaBackend::softmax_backward(const TensorRef& g, const TensorRef& y, const TensorRef& out,
                                    int64_t outer, int64_t r, int64_t inner, bool log) {
-  int64_t n = outer * inner;
-  if (n == 0) return;
+  if (outer * r * inner == 0) return;
   dispatch_floating(y.dtype, "softmax_backward", [&]<typename T>() {
-    softmax_backward_kernel<T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
-        static_cast<const T*>(g.data), static_cast<const T*>(y.data), static_cast<T*>(out.data),
-        outer, r, inner, log);
+    const int64_t per_call = cudnn_rows_per_call(r, inner);
+    if (per_call == 0) {
+      softmax_backward_kernel<T><<<blocks_for(outer * inner), kBlock, 0, compute_stream()>>>(
+          static_cast<const T*>(g.data), static_cast<const T*>(y.data), static_cast<T*>(out.data),
+          outer, r, inner, log);
+      RG_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    const T one = 1, zero = 0;
+    const cudnnSoftmaxAlgorithm_t algo = log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE;
+    std::lock_guard<std::mutex> lock(cudnn_mutex());
+    for_cudnn_slices(outer, per_call, [&](int64_t first, int64_t rows) {
+      TensorDesc desc;  // y, g and dx share one layout
+      describe_block<T>(desc, rows, r, inner);
+      const int64_t offset = first * r * inner;
+      RG_CUDNN_CHECK(cudnnSoftmaxBackward(cudnn_handle(), algo, CUDNN_SOFTMAX_MODE_CHANNEL, &one,
+                                          desc.get(), static_cast<const T*>(y.data) + offset,
+                                          desc.get(), static_cast<const T*>(g.data) + offset, &zero,
+                                          desc.get(), static_cast<T*>(out.data) + offset));
+    });
   });
-  RG_CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::cross_entropy(const TensorRef& logits, const TensorRef& target,

@@ -2,8 +2,11 @@
 //
 // Linked instead of core/cuda/*.cu when CMake found no CUDA toolkit (or
 // RINGGRAD_CUDA=OFF): there are no devices, and any attempt to use one says so.
+// Pinned host memory is only worth having for copies to a GPU: here there is
+// none to give, and callers (DataLoader's pin_memory) keep ordinary memory.
 #include "ringgrad/core/backend.h"
 #include "ringgrad/core/cuda/current_device.h"
+#include "ringgrad/core/cuda/pinned.h"
 
 namespace ringgrad {
 
@@ -13,6 +16,9 @@ void cuda::synchronize() {}
 void cuda::set_allow_tf32(bool) {}
 void cuda::release_cached_memory() {}
 void cuda::set_device(int) { fail("set_device", "built without CUDA: there is no GPU to select"); }
+void* cuda::allocate_pinned(size_t) { return nullptr; }
+void cuda::free_pinned(void*, size_t) noexcept {}  // never called: nothing was handed out
+void cuda::release_pinned_memory() {}
 
 Backend& cuda::backend(const char* op) {
   fail(op,
