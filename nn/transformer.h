@@ -84,8 +84,8 @@ class TransformerEncoderLayer : public Module {
 };
 
 struct DecoderMasks {
-  AttentionMasks tgt;     // self-attention over the target (tgt_mask, tgt_key_padding_mask, …)
-  AttentionMasks memory;  // cross-attention to the encoder output (memory_mask, …)
+  AttentionMasks tgt = {};     // self-attention over the target (tgt_mask, tgt_key_padding_mask, …)
+  AttentionMasks memory = {};  // cross-attention to the encoder output (memory_mask, …)
 };
 
 // Self-attention, cross-attention to the encoder's output (memory), feed-forward.
