@@ -17,8 +17,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y;
   {
     NoGradGuard no_grad;
-    y = matmul(x, weight.t());  // weightᵀ is read in place, not copied
+    // (…, in) as one (rows, in) matrix when that is a view: one big GEMM instead of
+    // a batch of small ones (a (16, 128, 256) input is one 2048-row product).
+    Tensor x2 = x.dim() > 2 && x.is_contiguous() ? x.view({-1, x.size(-1)}) : x;
+    y = matmul(x2, weight.t());  // weightᵀ is read in place, not copied
     if (bias.defined()) y.add_(bias);
+    if (x2.dim() != x.dim()) {
+      Shape shape = x.shape();
+      shape.back() = weight.size(0);
+      y = y.view(shape);
+    }
   }
   if (autograd::needs_grad({&x, &weight, &bias}))
     autograd::record(
@@ -26,7 +34,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         [x = x.detach(), w = weight.detach()](const Tensor& g, const std::vector<bool>& need) {
           int64_t out = w.size(0), in = w.size(1);
           Tensor g2 = g.reshape({-1, out}), x2 = x.reshape({-1, in});
-          return autograd::Grads{need[0] ? matmul(g, w) : Tensor(),        // (…, in)
+          Tensor dx = need[0] ? matmul(g2, w).view(x.shape()) : Tensor();
+          return autograd::Grads{dx,                                       // (…, in)
                                  need[1] ? matmul(g2.t(), x2) : Tensor(),  // (out, in)
                                  need[2] ? g2.sum(0) : Tensor()};          // (out)
         });

@@ -68,10 +68,13 @@ void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0
 // product (164k) is ~4 µs; with the pool's workers awake it still gains ~1.3×
 // on two threads, below that the hand-off costs more than it saves. Above
 // kFinePanelsWork, panels are cut finer than one per thread, so a thread
-// slowed by another process simply takes fewer of them.
+// slowed by another process simply takes fewer of them. Only two per thread:
+// every panel packs the whole shared operand again, and with a long k (1024+)
+// four panels per thread cost up to 25% (2048×1024×256 on 2 threads: 272
+// GFLOP/s with four, 361 with two, 347 with one).
 constexpr int64_t kSerialGemmWork = int64_t(1) << 17;
 constexpr int64_t kFinePanelsWork = int64_t(1) << 24;
-constexpr int64_t kPanelsPerThread = 4;
+constexpr int64_t kPanelsPerThread = 2;
 constexpr int64_t kMinPanel = 16;  // rows or columns: one SIMD-kernel width
 
 // One product on `threads` threads: split C into independent column (or row)
