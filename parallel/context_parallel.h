@@ -1,0 +1,71 @@
+// context_parallel.h — a region in which the sequence is sharded across ranks and
+// every attention runs as ring attention; the model code does not change.
+//
+//   {
+//     auto cp = rg::parallel::context_parallel(world, {&tokens, &targets}, /*seq_dims=*/{1},
+//                                              {.causal = true});  // shards in place, zigzag
+//     rg::Tensor loss = rg::nn::cross_entropy(model.forward(tokens), targets);
+//     loss.backward();                                 // attention ran as ring attention
+//   }                                                  // tokens, targets: whole again
+//
+// While the guard lives:
+//  * each buffer (the caller's Tensor handle) holds this rank's shard along its
+//    sequence dim: contiguous positions [r·T/N, (r+1)·T/N), or with causal the
+//    zigzag chunks r and 2N−1−r of 2N (ring_attention.h explains why). A length that
+//    does not divide by N (2N with causal) is an error naming the buffer.
+//    seq_dims holds one dim for every buffer, or one per buffer.
+//  * nn::attention (every MultiheadAttention and Transformer layer) runs
+//    parallel::ring_attention over the communicator, causal when the call asks for
+//    it. Additive masks are not supported there yet (an error says so).
+// When it ends, the buffers hold their whole tensors again and the previous
+// attention implementation is back. Every rank must enter the region together.
+// Only positions are sharded: position-dependent layers outside attention (e.g. a
+// positional encoding) must be given global positions by the caller.
+#pragma once
+
+#include <vector>
+
+#include "ringgrad/nn/functional.h"
+#include "ringgrad/parallel/communicator.h"
+#include "ringgrad/parallel/ring_attention.h"
+#include "ringgrad/parallel/world.h"
+
+namespace ringgrad::parallel {
+
+struct ContextParallelOptions {
+  bool causal = false;  // shard zigzag (balances causal attention); contiguous otherwise
+};
+
+class ContextParallel {
+ public:
+  ContextParallel(Communicator& comm, const std::vector<Tensor*>& buffers,
+                  const std::vector<int64_t>& seq_dims, ContextParallelOptions options = {});
+  ~ContextParallel();  // restores the buffers and the attention implementation
+  ContextParallel(const ContextParallel&) = delete;
+  ContextParallel& operator=(const ContextParallel&) = delete;
+
+  SequenceLayout layout() const { return layout_; }  // Contiguous or Zigzag
+  // This rank's shard of a whole tensor, as the guard cut the buffers.
+  Tensor shard_sequence(const Tensor& full, int64_t seq_dim) const;
+  // The whole sequence back from every rank's shard (all_gather, then the chunks
+  // in sequence order). Every rank must call it; the result has no gradient.
+  Tensor gather_sequence(const Tensor& shard, int64_t seq_dim) const;
+
+ private:
+  Communicator& comm_;
+  SequenceLayout layout_;
+  std::vector<Tensor*> buffers_;
+  std::vector<Tensor> originals_;  // the whole tensors, handed back at the end
+  nn::AttentionImpl previous_;     // the attention implementation before this region
+};
+
+ContextParallel context_parallel(Communicator& comm, const std::vector<Tensor*>& buffers,
+                                 const std::vector<int64_t>& seq_dims,
+                                 ContextParallelOptions options = {});
+inline ContextParallel context_parallel(World& world, const std::vector<Tensor*>& buffers,
+                                        const std::vector<int64_t>& seq_dims,
+                                        ContextParallelOptions options = {}) {
+  return context_parallel(world.communicator(), buffers, seq_dims, options);
+}
+
+}  // namespace ringgrad::parallel
