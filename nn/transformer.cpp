@@ -232,12 +232,13 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
 
 // ---- the stacks ----
 
-TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers,
-                                       bool final_norm) {
-  RG_CHECK(num_layers >= 0, "TransformerEncoder", "expected num_layers >= 0, got ", num_layers);
+template <typename Layer>
+TransformerStack<Layer>::TransformerStack(const Layer& layer, int64_t num_layers, bool final_norm,
+                                          const char* who) {
+  RG_CHECK(num_layers >= 0, who, "expected num_layers >= 0, got ", num_layers);
   auto list = std::make_shared<Sequential>();  // a container: children "0", "1", …
   for (int64_t i = 0; i < num_layers; ++i) {
-    layers.push_back(std::make_shared<TransformerEncoderLayer>(layer.d_model, layer.nhead, layer.options));
+    layers.push_back(std::make_shared<Layer>(layer.d_model, layer.nhead, layer.options));
     list->add(layers.back());
   }
   register_module("layers", list);
@@ -247,6 +248,12 @@ TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& layer, int
     register_module("norm", norm);
   }
 }
+template class TransformerStack<TransformerEncoderLayer>;
+template class TransformerStack<TransformerDecoderLayer>;
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers,
+                                       bool final_norm)
+    : TransformerStack(layer, num_layers, final_norm, "TransformerEncoder") {}
 
 Tensor TransformerEncoder::forward(const Tensor& src, const AttentionMasks& masks) {
   Tensor x = src;
@@ -255,20 +262,8 @@ Tensor TransformerEncoder::forward(const Tensor& src, const AttentionMasks& mask
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
-                                       bool final_norm) {
-  RG_CHECK(num_layers >= 0, "TransformerDecoder", "expected num_layers >= 0, got ", num_layers);
-  auto list = std::make_shared<Sequential>();
-  for (int64_t i = 0; i < num_layers; ++i) {
-    layers.push_back(std::make_shared<TransformerDecoderLayer>(layer.d_model, layer.nhead, layer.options));
-    list->add(layers.back());
-  }
-  register_module("layers", list);
-  if (final_norm) {
-    norm = std::make_shared<LayerNorm>(layer.d_model, layer.options.layer_norm_eps, true,
-                                       layer.options.bias);
-    register_module("norm", norm);
-  }
-}
+                                       bool final_norm)
+    : TransformerStack(layer, num_layers, final_norm, "TransformerDecoder") {}
 
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
                                    const DecoderMasks& masks) {

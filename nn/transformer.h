@@ -105,25 +105,32 @@ class TransformerDecoderLayer : public Module {
   Tensor feed_forward_block(const Tensor& x);
 };
 
-// num_layers layers configured like `layer` (each with its own fresh weights), then an
-// optional final LayerNorm ("norm"), as torch.nn.TransformerEncoder(layer, num_layers, norm).
-class TransformerEncoder : public Module {
+// num_layers layers configured like `layer` (each with its own fresh weights), named
+// "layers.0", "layers.1", …, then an optional final LayerNorm ("norm"): what
+// torch.nn.TransformerEncoder(layer, num_layers, norm) and its decoder twin hold.
+template <typename Layer>
+class TransformerStack : public Module {
+ public:
+  std::vector<std::shared_ptr<Layer>> layers;
+  std::shared_ptr<LayerNorm> norm;  // null without final_norm
+
+ protected:
+  TransformerStack(const Layer& layer, int64_t num_layers, bool final_norm, const char* who);
+};
+
+class TransformerEncoder : public TransformerStack<TransformerEncoderLayer> {
  public:
   TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers,
                      bool final_norm = false);
   Tensor forward(const Tensor& src) override { return forward(src, AttentionMasks{}); }
   Tensor forward(const Tensor& src, const AttentionMasks& masks);
-  std::vector<std::shared_ptr<TransformerEncoderLayer>> layers;
-  std::shared_ptr<LayerNorm> norm;  // null without final_norm
 };
 
-class TransformerDecoder : public Module {
+class TransformerDecoder : public TransformerStack<TransformerDecoderLayer> {
  public:
   TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
                      bool final_norm = false);
   Tensor forward(const Tensor& tgt, const Tensor& memory, const DecoderMasks& masks = {});
-  std::vector<std::shared_ptr<TransformerDecoderLayer>> layers;
-  std::shared_ptr<LayerNorm> norm;
 };
 
 struct TransformerOptions {
