@@ -2,6 +2,7 @@
 // sharded across ranks, through an unchanged nn::Transformer.
 //
 //   scripts/rgrun -n 2 build/bin/context_parallel [--seq 4096] [--d-model 128] [--steps 3]
+//                                                 [--trace FILE.json]
 //
 // As in the article (torch.nn.Transformer, input (1, T, d_model), output = model(x, x),
 // loss = output.mean(), AdamW), but inside rg::parallel::context_parallel: each rank
@@ -14,14 +15,18 @@
 // With --check (on by default for short sequences) every rank also runs the whole
 // sequence alone, without context parallelism, and compares the output: the
 // sharded run must give the same numbers.
+// --trace writes a Chrome trace of the second step: on each rank's comm track the K/V
+// sends and receives of the ring, next to the attention computing on the compute track.
 // Ends with: RESULT example=context_parallel world=N seq=T max_diff=… tokens_per_s=…
 #include <ringgrad/parallel/context_parallel.h>
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/ringgrad.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 namespace rg = ringgrad;
 
@@ -35,6 +40,8 @@ int main(int argc, char** argv) {
   app.add_option("--nhead", nhead, "attention heads")->check(CLI::PositiveNumber);
   app.add_option("--layers", layers, "encoder and decoder layers")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "training steps")->check(CLI::PositiveNumber);
+  std::string trace_path;
+  app.add_option("--trace", trace_path, "write a Chrome trace of the second step to FILE.json");
   app.add_option("--check-up-to", check_up_to,
                  "compare with a single-process run when seq is at most this (0: never)");
   CLI11_PARSE(app, argc, argv);
@@ -66,6 +73,8 @@ int main(int argc, char** argv) {
 
     double max_diff = -1, seconds = 0, last_loss = 0;
     for (int64_t step = 0; step < steps; ++step) {
+      const bool traced = !trace_path.empty() && step == std::min<int64_t>(1, steps - 1);
+      if (traced) rg::trace::start(trace_path, world.rank(), world.size());
       auto start = std::chrono::steady_clock::now();
       rg::Tensor x = input;  // the guard shards x in place (and restores it at the end)
       {
@@ -88,6 +97,12 @@ int main(int argc, char** argv) {
       opt.step();
       opt.zero_grad();
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (traced) {
+        std::string where = rg::parallel::stop_trace(world, trace_path);
+        if (world.is_main())
+          std::printf("trace of step %lld written to %s\n  open it at https://ui.perfetto.dev\n",
+                      static_cast<long long>(step + 1), where.c_str());
+      }
       if (world.is_main())
         std::printf("step %lld/%lld  loss (rank 0's shard) %.6f  %.2f s\n",
                     static_cast<long long>(step + 1), static_cast<long long>(steps), last_loss,

@@ -88,22 +88,8 @@ int main(int argc, char** argv) {
     const int64_t trace_first = 2, trace_end = trace_first + trace_steps;
     int64_t step = 0;  // steps taken, over all epochs
     auto finish_trace = [&] {
-      std::string file = rg::trace::stop();
-      if (file.empty()) return;
-      std::string where = file;
-      if (world.size() > 1) {
-        world.communicator().barrier();  // every rank has written its file
-        std::vector<std::string> files;
-        for (int r = 0; r < world.size(); ++r)
-          files.push_back(rg::trace::file_for_rank(trace_path, r, world.size()));
-        // Ranks on other hosts wrote their files there: then there is nothing to merge here.
-        bool all_here = std::all_of(files.begin(), files.end(), [](const std::string& f) {
-          return std::filesystem::exists(f);
-        });
-        if (world.is_main() && all_here) rg::trace::merge(files, trace_path);
-        where = all_here ? trace_path + " (all ranks; per rank: " + files.front() + ", …)"
-                         : files.front() + " (the other ranks' files are on their hosts)";
-      }
+      std::string where = rg::parallel::stop_trace(world, trace_path);
+      if (where.empty()) return;
       if (world.is_main())
         std::printf(
             "trace: steps %lld-%lld written to %s\n"

@@ -12,14 +12,18 @@
 // communicator by its tensor's device.
 #include "ringgrad/parallel/world.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "ringgrad/core/cuda/current_device.h"
+#include "ringgrad/core/trace.h"
 #include "ringgrad/parallel/mpi_communicator.h"
 #include "ringgrad/parallel/nccl/nccl_communicator.h"
 
@@ -203,6 +207,20 @@ int main_guard(World& world, const std::function<int()>& body) {
   // The other ranks would wait for this one in their next collective: end them now.
   if (world.size() > 1) world.communicator().abort(1);
   return 1;
+}
+
+std::string stop_trace(World& world, const std::string& path) {
+  std::string file = trace::stop();
+  if (file.empty() || world.size() == 1) return file;
+  world.communicator().barrier();  // every rank has written its file
+  std::vector<std::string> files;
+  for (int r = 0; r < world.size(); ++r) files.push_back(trace::file_for_rank(path, r, world.size()));
+  // Ranks on other hosts wrote their files there: then there is nothing to merge here.
+  bool all_here = std::all_of(files.begin(), files.end(),
+                              [](const std::string& f) { return std::filesystem::exists(f); });
+  if (world.is_main() && all_here) trace::merge(files, path);
+  return all_here ? path + " (all ranks; per rank: " + files.front() + ", …)"
+                  : files.front() + " (the other ranks' files are on their hosts)";
 }
 
 }  // namespace ringgrad::parallel

@@ -30,6 +30,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "ringgrad/core/device.h"
 #include "ringgrad/parallel/communicator.h"
@@ -70,5 +71,11 @@ bool launched_by_mpi();
 // ends at once instead of waiting for this one in its next collective), then
 // returns 1. The usual end of main: `return main_guard(world, [&] { … return 0; });`
 int main_guard(World& world, const std::function<int()>& body);
+
+// Ends a trace started with trace::start(path, world.rank(), world.size()) on every
+// rank (core/trace.h): each rank writes its file, and when all of them are on this
+// host rank 0 merges them into `path`. Returns where the trace is, for printing
+// ("" when tracing was not on). Every rank must call it.
+std::string stop_trace(World& world, const std::string& path);
 
 }  // namespace ringgrad::parallel
