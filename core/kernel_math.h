@@ -89,7 +89,7 @@ RG_HD T sign(T x) {
 // n = round(x·log2 e) and r = x − n·ln 2 (Cody–Waite: ln 2 in two parts), e^r by its
 // degree-6 Taylor polynomial (|r| ≤ ln2/2); measured error ≤ 2.6e-7 relative (≈ 2 ulp).
 // Below −87.3 (where float underflows) it is exactly 0, as exp(−∞) must be; above
-// 88.7, +∞. float only: double calls std::exp.
+// about 88.4 (where e^x nears the largest float), +∞. float only: double calls std::exp.
 template <typename T>
 RG_HD T exp_vec(T x) {
   if constexpr (sizeof(T) != 4) {

@@ -150,13 +150,14 @@ void World::choose_communicator() {
   RG_CHECK(choice == "auto" || choice == "mpi" || choice == "nccl", "World",
            "expected RINGGRAD_COMM to be auto, mpi or nccl, got '", choice, "'");
   Device dev = device();
+  // This rank's GPU becomes the current device before any CUDA work, so that
+  // the compute stream, the memory and NCCL all live on it — whichever backend
+  // carries the collectives. (cuda:0 is current already; leaving it alone spares
+  // a CPU-only program a CUDA context.)
+  if (dev.is_cuda() && dev.index != 0) cuda::set_device(dev.index);
   if (choice == "mpi" || (choice == "auto" && !(dev.is_cuda() && nccl_is_built()))) return;
   RG_CHECK(dev.is_cuda(), "World", "expected a GPU for RINGGRAD_COMM=nccl, got none (",
            cuda::is_built() ? "the driver reports no usable GPU" : "built without CUDA", ")");
-  // This rank's GPU becomes the current device before any CUDA work, so that
-  // the compute stream, the memory and NCCL all live on it. (cuda:0 is current
-  // already; leaving it alone spares a CPU-only program a CUDA context.)
-  if (dev.index != 0) cuda::set_device(dev.index);
   if (choice == "nccl")
     device_ = make_nccl_communicator(*host_, dev.index);  // now, so that errors show at once
   else

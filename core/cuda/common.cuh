@@ -24,9 +24,11 @@ namespace ringgrad::cuda {
 #define RG_CUDA_CHECK(call)                                                                \
   do {                                                                                     \
     cudaError_t err_ = (call);                                                             \
-    if (err_ != cudaSuccess)                                                               \
+    if (err_ != cudaSuccess) {                                                             \
+      cudaGetLastError(); /* clear it: a later launch check must not report it again */    \
       throw ::ringgrad::Error(::ringgrad::detail::concat(                                  \
           #call, " failed: ", cudaGetErrorString(err_), " at ", __FILE__, ":", __LINE__)); \
+    }                                                                                      \
   } while (0)
 
 #define RG_CUBLAS_CHECK(call)                                                                \

@@ -23,8 +23,8 @@ void* allocate_pinned(size_t nbytes);
 // work queued up to now has finished. Never throws (called from destructors).
 void free_pinned(void* ptr, size_t nbytes) noexcept;
 
-// Free the cached pinned blocks (waiting for their copies) and the staging
-// buffers of host-to-device copies (empty_cache on the CPU).
+// Free the cached pinned blocks, waiting for their copies (empty_cache on the CPU;
+// the staging buffers of host-to-device copies go with empty_cache on the GPU).
 void release_pinned_memory();
 
 }  // namespace ringgrad::cuda
