@@ -11,6 +11,8 @@
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/ringgrad.h>
 
+#include "checks.h"
+
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -33,13 +35,7 @@ struct Net : rg::nn::Module {
   }
 };
 
-int passed = 0, failed = 0;
-void check(bool ok, const std::string& what, int rank) {
-  if (ok)
-    ++passed;
-  else
-    ++failed, std::fprintf(stderr, "[rank %d] FAILED: %s\n", rank, what.c_str());
-}
+using mpi_test::check;
 
 double max_diff(rg::nn::Module& a, rg::nn::Module& b) {
   double worst = 0;
@@ -154,6 +150,5 @@ int main(int argc, char** argv) {
         "find_unused_parameters gives zero gradients", rank);
   }
 
-  std::printf("rank %d/%d: %d passed, %d failed\n", rank, n, passed, failed);
-  return failed == 0 ? 0 : 1;
+  return mpi_test::report(rank, n);
 }

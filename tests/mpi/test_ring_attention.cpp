@@ -18,6 +18,8 @@
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/ringgrad.h>
 
+#include "checks.h"
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -27,13 +29,7 @@ using rg::parallel::SequenceLayout;
 
 namespace {
 
-int passed = 0, failed = 0;
-void check(bool ok, const std::string& what, int rank) {
-  if (ok)
-    ++passed;
-  else
-    ++failed, std::fprintf(stderr, "[rank %d] FAILED: %s\n", rank, what.c_str());
-}
+using mpi_test::check;
 
 double max_abs_diff(const rg::Tensor& a, const rg::Tensor& b) {
   if (a.shape() != b.shape()) return 1e300;
@@ -232,7 +228,6 @@ int main(int argc, char** argv) {
             rank);
     }
 
-    std::printf("rank %d/%d: %d passed, %d failed\n", rank, n, passed, failed);
-    return failed == 0 ? 0 : 1;
+    return mpi_test::report(rank, n);
   });
 }

@@ -1,0 +1,28 @@
+// checks.h — the pass/fail bookkeeping of the multi-rank test programs.
+//
+//   check(ok, "what", rank);          a failure prints "[rank R] FAILED: what" to stderr
+//   return report(rank, n);           prints "rank R/N: P passed, F failed"; 0 or 1
+//
+// ctest matches that report line (tests/CMakeLists.txt).
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace mpi_test {
+
+inline int passed = 0, failed = 0;
+
+inline void check(bool ok, const std::string& what, int rank) {
+  if (ok)
+    ++passed;
+  else
+    ++failed, std::fprintf(stderr, "[rank %d] FAILED: %s\n", rank, what.c_str());
+}
+
+inline int report(int rank, int n) {
+  std::printf("rank %d/%d: %d passed, %d failed\n", rank, n, passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace mpi_test
