@@ -115,6 +115,11 @@ struct AdamStep {
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                 const AdamStep& hyper);
 
+// out = a * factor, written into an existing tensor (ATen's mul_out): one pass
+// instead of copy_ then mul_. DDP fills its buckets with gradient / world size.
+// out keeps its shape; a broadcasts to it. Not recorded by autograd.
+Tensor& mul_out(Tensor& out, const Tensor& a, double factor);
+
 // ---- operators ----
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

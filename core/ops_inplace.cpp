@@ -1,4 +1,4 @@
-// ops_inplace.cpp — in-place updates: zero_, fill_, copy_, add_, mul_.
+// ops_inplace.cpp — in-place updates: zero_, fill_, copy_, add_, mul_, mul_out.
 //
 // These write into an existing tensor (and every view of its storage) and are
 // not recorded by autograd. Changing a tensor that requires grad while grad
@@ -67,6 +67,15 @@ Tensor& Tensor::mul_(const Tensor& other) {
   check_operand(*this, other, "mul_");
   backend(device(), "mul_").binary(BinaryOp::Mul, ref(*this), ref(other, shape()), ref(*this));
   return *this;
+}
+
+Tensor& mul_out(Tensor& out, const Tensor& a, double factor) {
+  check_inplace(out, "mul_out");
+  check_operand(out, a, "mul_out");
+  backend(out.device(), "mul_out")
+      .binary(BinaryOp::Mul, ref(a, out.shape()), ref(detail::scalar_like(out, factor), out.shape()),
+              ref(out));
+  return out;
 }
 
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,

@@ -12,6 +12,7 @@
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/autograd/node.h"
 #include "ringgrad/core/factory.h"
+#include "ringgrad/core/ops.h"
 #include "ringgrad/core/trace.h"
 
 namespace ringgrad::parallel {
@@ -66,7 +67,7 @@ struct DistributedDataParallel::State {
     }
     Tensor dst = slot(p);
     if (grad.defined())
-      dst.copy_(grad);
+      mul_out(dst, grad, 1.0 / comm->size());  // pre-divided: the all-reduce then sums
     else
       dst.zero_();  // an unused parameter (find_unused_parameters)
     --buckets[bucket_of[p]].pending;
@@ -85,7 +86,9 @@ struct DistributedDataParallel::State {
                        {trace::arg("bucket", static_cast<double>(index)),
                         trace::arg("bytes", static_cast<double>(b.flat.nbytes())),
                         trace::arg("parameters", static_cast<double>(b.params.size()))});
-      b.work = comm->all_reduce_async(b.flat, Reduce::Avg);
+      // A sum of gradients already divided by the world size: the average,
+      // without a separate division pass over the bucket (PyTorch does the same).
+      b.work = comm->all_reduce_async(b.flat, Reduce::Sum);
     }
   }
 

@@ -14,8 +14,9 @@
 //     registration (roughly the order backward produces their gradients), the
 //     first bucket small so communication starts early.
 //  3. A gradient hook on each parameter fires when its gradient is final for
-//     this backward; it copies the gradient into its bucket. When a bucket is
-//     full it starts a non-blocking all-reduce (average) and backward carries
+//     this backward; it copies the gradient, divided by the world size, into
+//     its bucket. When a bucket is full it starts a non-blocking all-reduce
+//     (a sum: of pre-divided gradients, so the average) and backward carries
 //     on. Buckets start strictly in order, so every rank issues the same
 //     collectives in the same order.
 //  4. At the end of backward, DDP waits for the buckets and points each .grad at
