@@ -33,6 +33,28 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
   return t;
 }
 
+Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> release,
+                 TensorOptions options) {
+  for (int64_t s : shape)
+    RG_CHECK(s >= 0, "from_blob", "expected non-negative sizes, got shape ", shape_str(shape));
+  DType dtype = options.dtype.value_or(kFloat32);
+  size_t nbytes = numel_of(shape) * element_size(dtype);
+  RG_CHECK(data != nullptr || nbytes == 0, "from_blob", "expected a data pointer, got null for ",
+           nbytes, " bytes");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(data, nbytes, options.device, std::move(release));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  Tensor t(std::move(impl));
+  if (options.requires_grad) t.requires_grad_();
+  return t;
+}
+
+Tensor from_blob(void* data, const Shape& shape, TensorOptions options) {
+  return from_blob(data, shape, nullptr, options);
+}
+
 Tensor zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
 Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
 Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }

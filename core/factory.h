@@ -9,6 +9,7 @@
 // on every rank and, once the CUDA backend lands, on every device.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "ringgrad/core/tensor.h"
@@ -33,6 +34,14 @@ Tensor full_like(const Tensor& t, double value);
 // The dtype follows T (float -> float32, double -> float64, int64_t -> int64) unless given.
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, Shape shape = {}, TensorOptions options = {});
+
+// A tensor over memory the caller allocated (torch::from_blob): contiguous,
+// row-major, `data` on options.device. No copy is made; `release` is called with
+// data when the last tensor viewing it goes (without one, the caller keeps the
+// memory alive for as long as any view of the tensor lives).
+Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> release,
+                 TensorOptions options = {});
+Tensor from_blob(void* data, const Shape& shape, TensorOptions options = {});
 
 // ---- random numbers ----
 class Generator {

@@ -37,7 +37,14 @@ Storage::Storage(size_t nbytes, Device device, bool pin) : nbytes_(nbytes), devi
   c.allocations.fetch_add(1);
 }
 
+Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> release)
+    : data_(data), nbytes_(nbytes), device_(device), external_(true), release_(std::move(release)) {}
+
 Storage::~Storage() {
+  if (external_) {
+    if (release_) release_(data_);
+    return;
+  }
   if (pinned_)
     cuda::free_pinned(data_, nbytes_);
   else

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "ringgrad/core/device.h"
@@ -22,6 +23,9 @@ class Storage {
  public:
   // pin: for a CPU storage, ask for page-locked memory (ignored on other devices).
   Storage(size_t nbytes, Device device, bool pin = false);
+  // Memory someone else allocated (from_blob): not counted in memory_stats;
+  // `release` (may be empty) is called with data when the last view goes.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -36,6 +40,8 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   bool pinned_ = false;
+  bool external_ = false;
+  std::function<void(void*)> release_;  // external memory only
 };
 
 struct MemoryStats {

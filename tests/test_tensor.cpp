@@ -111,6 +111,33 @@ TEST_CASE("tensor: from_vector") {
   CHECK(g.is_leaf());
 }
 
+TEST_CASE("tensor: from_blob views the caller's memory and releases it once") {
+  std::vector<double> memory = {1, 2, 3, 4, 5, 6};
+  int released = 0;
+  {
+    rg::Tensor t = rg::from_blob(memory.data(), {2, 3}, [&](void* p) {
+      CHECK(p == memory.data());
+      ++released;
+    }, {.dtype = rg::kFloat64});
+    CHECK_SHAPE(t, {2, 3});
+    CHECK(t.is_contiguous());
+    CHECK(t.raw_data() == memory.data());  // no copy
+    check_close(t, {1, 2, 3, 4, 5, 6});
+    int64_t live = rg::memory_stats().live_bytes;
+    rg::Tensor row = t.select(0, 1);
+    row.mul_(10.0);  // writes land in the caller's memory
+    CHECK(memory[4] == 50);
+    CHECK(rg::memory_stats().live_bytes == live);  // not ours: not counted
+    t = rg::Tensor();
+    CHECK(released == 0);  // `row` still views it
+  }
+  CHECK(released == 1);
+  rg::Tensor plain = rg::from_blob(memory.data(), {6}, {.dtype = rg::kFloat64});  // no release
+  CHECK(plain.sum().item() == 1 + 2 + 3 + 40 + 50 + 60);
+  CHECK_CONTAINS(test::error_of([] { rg::from_blob(nullptr, {3}); }), "from_blob");
+  CHECK_CONTAINS(test::error_of([&] { rg::from_blob(memory.data(), {-1}); }), "non-negative");
+}
+
 TEST_CASE("tensor: from_vector defaults: dtype from T, shape 1-D") {
   // factory.h: "A tensor holding `values` (row-major) with the given shape (default: 1-D)".
   // With no options, the element type decides the dtype (an int64 vector of labels
@@ -489,6 +516,21 @@ TEST_CASE("tensor: in-place zero_ fill_ copy_ add_ mul_") {
   // copy from a non-contiguous source
   a.copy_(f32({1, 2, 3, 4, 5, 6}, {3, 2}).t());
   check_close(a, {1, 3, 5, 2, 4, 6});
+}
+
+TEST_CASE("tensor: mul_out writes a * factor into an existing tensor") {
+  rg::Tensor out = rg::zeros({2, 3});
+  rg::Tensor& same = rg::mul_out(out, f32({1, 2, 3, 4, 5, 6}, {2, 3}), 0.5);
+  CHECK(&same == &out);
+  check_close(out, {0.5, 1, 1.5, 2, 2.5, 3});
+  rg::mul_out(out, f32({1, 2, 3}), -2);  // broadcasts (3) onto (2, 3)
+  check_close(out, {-2, -4, -6, -2, -4, -6});
+  rg::Tensor x = rg::zeros({3, 4});
+  rg::Tensor middle = x.narrow(1, 1, 2);  // a strided view: columns 1 and 2
+  rg::mul_out(middle, f32({1, 2, 3, 4, 5, 6}, {3, 2}), 10);
+  check_close(x, {0, 10, 20, 0, 0, 30, 40, 0, 0, 50, 60, 0});
+  CHECK_CONTAINS(test::error_of([&] { rg::mul_out(out, f64({1, 2, 3}), 2); }), "mul_out");  // dtype
+  CHECK_CONTAINS(test::error_of([&] { rg::mul_out(out, f32({1, 2}), 2); }), "broadcast");
 }
 
 TEST_CASE("tensor: in-place through views writes the source") {
