@@ -8,7 +8,14 @@
 // and recv are errors rather than silent no-ops (a recv could never be matched).
 #include "ringgrad/parallel/communicator.h"
 
+#include "ringgrad/core/factory.h"
+
 namespace ringgrad::parallel {
+
+// Backends without memory their peers can reach: ordinary memory.
+Tensor Communicator::symmetric_empty(const Shape& shape, TensorOptions options) {
+  return empty(shape, options);
+}
 
 namespace {
 

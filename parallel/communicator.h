@@ -55,6 +55,14 @@ class Communicator {
   void send(const Tensor& t, int dst, int tag = 0) { send_async(t, dst, tag)->wait(); }
   void recv(Tensor& t, int src, int tag = 0) { recv_async(t, src, tag)->wait(); }
   virtual void barrier() = 0;
+  // A tensor that will be all-reduced again and again, like DDP's buckets, in
+  // "symmetric memory" (PyTorch's term): every rank allocates it together —
+  // same shape and dtype, same order: it is a collective. The MPI backend,
+  // when all ranks share one host, places it where every rank can read it,
+  // and all_reduce of the whole tensor then runs without MPI, each rank
+  // reading the others' copies (parallel/mpi/shared_memory.h); elsewhere it is
+  // ordinary memory. Contents start unspecified, as with empty().
+  virtual Tensor symmetric_empty(const Shape& shape, TensorOptions options = {});
   // Ends every rank of the job at once (MPI_Abort) after a fatal error on this
   // one, so that no rank waits forever for a peer that is gone. A world of one
   // has nobody to stop and returns; the caller then returns its error code.

@@ -179,7 +179,11 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
   for (Bucket& b : s.buckets) {
     const Tensor& last = s.params[b.params.back()];
     int64_t numel = b.offsets.back() + last.numel();
-    b.flat = zeros({numel}, {.dtype = last.dtype(), .device = last.device()});
+    // Symmetric memory: on one host, the all-reduce reads the peers' buckets
+    // directly (Communicator::symmetric_empty); elsewhere ordinary memory.
+    // Every rank builds the same buckets in the same order, as that requires.
+    b.flat = comm.symmetric_empty({numel}, {.dtype = last.dtype(), .device = last.device()});
+    b.flat.zero_();
   }
 
   // 3. A hook per parameter: "my gradient is final for this backward".

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ringgrad/core/cuda/current_device.h"
+#include "ringgrad/core/factory.h"
 #include "ringgrad/core/trace.h"
 #include "ringgrad/parallel/mpi_communicator.h"
 #include "ringgrad/parallel/nccl/nccl_communicator.h"
@@ -74,6 +75,12 @@ class DeviceRouter : public Communicator {
   }
   WorkHandle recv_async(Tensor& t, int src, int tag) override {
     return route(t).recv_async(t, src, tag);
+  }
+  // GPU memory is NCCL's, and NCCL reads ordinary device memory: only host
+  // tensors may go to the host communicator's symmetric memory.
+  Tensor symmetric_empty(const Shape& shape, TensorOptions options) override {
+    if (options.device.is_cuda()) return empty(shape, options);
+    return host_.symmetric_empty(shape, options);
   }
 
   // Through NCCL once it has started (the GPU collectives issued before it

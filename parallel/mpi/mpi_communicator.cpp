@@ -12,10 +12,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "ringgrad/core/factory.h"
 #include "ringgrad/parallel/mpi/comm_thread.h"
+#include "ringgrad/parallel/mpi/shared_memory.h"
 
 namespace ringgrad::parallel {
 
@@ -80,6 +83,40 @@ double timeout_from_env() {
   return text ? std::atof(text) : 300.0;
 }
 
+// RINGGRAD_SHM_ALLREDUCE=0: symmetric_empty gives ordinary memory, so every
+// all-reduce goes through MPI (to compare the two).
+bool shared_memory_from_env() {
+  const char* text = std::getenv("RINGGRAD_SHM_ALLREDUCE");
+  return !text || std::string(text) != "0";
+}
+
+// The symmetric buffers alive on this rank, by data pointer: all_reduce looks
+// its tensor up here. Shared with each buffer's tensor, which removes its
+// entry when it goes (possibly after the communicator).
+class SymmetricRegistry {
+ public:
+  void add(const std::shared_ptr<mpi::SymmetricBuffer>& b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    buffers_[b->data()] = b;
+  }
+  void remove(const void* data) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    buffers_.erase(data);
+  }
+  // The buffer that t is exactly (all of it, contiguous), if any.
+  std::shared_ptr<mpi::SymmetricBuffer> find(const Tensor& t) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = buffers_.find(t.raw_data());
+    if (it == buffers_.end() || !t.is_contiguous()) return nullptr;
+    auto b = it->second.lock();
+    return b && b->nbytes() == t.nbytes() ? b : nullptr;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<const void*, std::weak_ptr<mpi::SymmetricBuffer>> buffers_;
+};
+
 // ---- the communicator ----
 
 class MpiCommunicator : public Communicator {
@@ -129,6 +166,15 @@ class MpiCommunicator : public Communicator {
   WorkHandle all_reduce_async(Tensor& t, Reduce op) override {
     check_tensor(t, "all_reduce");
     check_reduce(t, op, "all_reduce");
+    if (auto shared = symmetric_->find(t); shared && mpi::SymmetricBuffer::supports(t.dtype())) {
+      // Every rank holds the same symmetric tensor, so every rank comes here.
+      double timeout_s = info_->timeout_s;
+      return enqueue(new_work("all_reduce (shared memory)"), t.nbytes(), -1,
+                     [shared, t, op, timeout_s] {
+                       shared->all_reduce(t.dtype(), t.numel(), op, timeout_s);
+                       return MPI_REQUEST_NULL;
+                     });
+    }
     auto [buf, work] = in_place_buffer(t, "all_reduce");
     int n = static_cast<int>(t.numel()), size = size_;
     MPI_Comm comm = thread_state_->comm();
@@ -235,6 +281,30 @@ class MpiCommunicator : public Communicator {
     })->wait();
   }
 
+  Tensor symmetric_empty(const Shape& shape, TensorOptions options) override {
+    if (!options.device.is_cpu() || size_ == 1 || !use_shared_memory_)
+      return empty(shape, options);
+    int64_t numel = 1;
+    for (int64_t d : shape) {
+      RG_CHECK(d >= 0, "symmetric_empty", "expected non-negative sizes, got shape ",
+               shape_str(shape));
+      numel *= d;
+    }
+    size_t nbytes = static_cast<size_t>(numel) * element_size(options.dtype.value_or(kFloat32));
+    std::shared_ptr<mpi::SymmetricBuffer> buffer;
+    MPI_Comm comm = thread_state_->comm();
+    enqueue(new_work("symmetric_empty"), 0, -1, [&buffer, comm, nbytes] {
+      buffer = mpi::SymmetricBuffer::create(comm, nbytes);  // collective
+      return MPI_REQUEST_NULL;
+    })->wait();
+    if (!buffer) return empty(shape, options);
+    symmetric_->add(buffer);
+    // The tensor owns the mapping; when it goes, so does the registry entry.
+    return from_blob(
+        buffer->data(), shape,
+        [buffer, registry = symmetric_](void* data) { registry->remove(data); }, options);
+  }
+
   // Straight from the caller's thread, not through the queue: the
   // communication thread may be stuck in a collective that will never finish.
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
@@ -270,6 +340,8 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
   bool owns_mpi_ = false;
   std::shared_ptr<const WatchdogInfo> info_;
+  bool use_shared_memory_ = shared_memory_from_env();
+  std::shared_ptr<SymmetricRegistry> symmetric_ = std::make_shared<SymmetricRegistry>();
   std::shared_ptr<CommThread> thread_state_;
   std::thread thread_;
 };

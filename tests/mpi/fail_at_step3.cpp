@@ -1,6 +1,6 @@
 // fail_at_step3.cpp — a rank that fails must not hang the others.
 //
-//   scripts/rgrun -n 2 build/bin/fail_at_step3 [guarded|unguarded|caught|stall]
+//   scripts/rgrun -n 2 build/bin/fail_at_step3 [guarded|unguarded|caught|stall|stall_shared]
 //
 // A training-like loop: each step computes a "gradient" and all-reduces it.
 // At step 3 rank 1 goes wrong while rank 0 is already waiting in that step's
@@ -15,6 +15,7 @@
 //              rank 0 forever); rank 1 returns 1 and mpirun ends the job.
 //   stall      rank 1 just stops answering (sleeps): rank 0's wait times out
 //              after RINGGRAD_COMM_TIMEOUT_S and aborts the job.
+//   stall_shared  the same, all-reducing symmetric memory (no MPI call to time out).
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/ringgrad.h>
 
@@ -29,13 +30,17 @@ namespace {
 
 int train(rg::parallel::World& world, const char* mode) {
   rg::Tensor w = rg::randn({16, 16});
+  // stall_shared: the all-reduce runs in symmetric (shared) memory, as DDP's buckets do.
+  const bool shared = std::strcmp(mode, "stall_shared") == 0;
+  rg::Tensor bucket = world.communicator().symmetric_empty({16});
   for (int step = 0; step < 10; ++step) {
     rg::Tensor x = rg::randn({4, 16});
     if (world.rank() == 1 && step == 3) {
-      if (std::strcmp(mode, "stall") == 0) std::this_thread::sleep_for(std::chrono::hours(1));
+      if (std::strncmp(mode, "stall", 5) == 0) std::this_thread::sleep_for(std::chrono::hours(1));
       x = rg::randn({4, 15});  // a bug: the wrong input width
     }
     rg::Tensor grad = rg::matmul(x, w).sum(0);  // throws "[matmul] expected …" on rank 1
+    if (shared) grad = bucket.copy_(grad);
     world.communicator().all_reduce(grad, rg::parallel::Reduce::Avg);
     if (world.is_main()) std::printf("step %d done\n", step), std::fflush(stdout);
   }

@@ -1,0 +1,257 @@
+// shared_memory.cpp — making symmetric buffers (POSIX shared memory) and reducing through them.
+//
+// See shared_memory.h for the algorithm. Here: how the segments are named,
+// sized and mapped; the barrier that ends each step; and the two loops
+// (reduce my chunk, copy the others') that are the whole all-reduce.
+#include "ringgrad/parallel/mpi/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "ringgrad/core/error.h"
+#include "ringgrad/core/kernel_math.h"
+#include "ringgrad/parallel/mpi/comm_thread.h"
+
+namespace ringgrad::parallel::mpi {
+
+namespace {
+
+// Each segment: a page of header (this rank's barrier counter, alone on its
+// cache line), then the data, so the data starts page-aligned.
+constexpr size_t kHeaderBytes = 4096;
+constexpr size_t kLine = 64;
+
+size_t segment_bytes(size_t nbytes) {
+  return kHeaderBytes + std::max(kLine, (nbytes + kLine - 1) / kLine * kLine);
+}
+
+std::string segment_name(const uint64_t stem[2], int rank) {
+  char name[80];
+  std::snprintf(name, sizeof name, "/ringgrad-%llx-%llx-%d",
+                static_cast<unsigned long long>(stem[0]), static_cast<unsigned long long>(stem[1]),
+                rank);
+  return name;
+}
+
+// A polite spin: tells the core we are waiting (and a sibling hyperthread may run).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Peers' counters are mapped read-only; an atomic load only reads.
+inline std::atomic_ref<uint64_t> counter_at(char* base) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base));
+}
+
+// out[i] = in[0][i] ∘ in[1][i] ∘ … over [lo, hi), where in[0] is out itself
+// (this rank's own buffer): each pass reads and writes out element for element.
+template <typename T>
+void reduce_chunk(T* out, const std::vector<const T*>& in, int64_t lo, int64_t hi, Reduce op) {
+  const int n = static_cast<int>(in.size());
+  if (op == Reduce::Max) {
+    const T *a = in[0], *b = in[1];
+    RG_SIMD
+    for (int64_t i = lo; i < hi; ++i) out[i] = a[i] > b[i] ? a[i] : b[i];
+    for (int p = 2; p < n; ++p) {
+      const T* c = in[p];
+      RG_SIMD
+      for (int64_t i = lo; i < hi; ++i) out[i] = out[i] > c[i] ? out[i] : c[i];
+    }
+    return;
+  }
+  const T *a = in[0], *b = in[1];
+  RG_SIMD
+  for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+  for (int p = 2; p < n; ++p) {
+    const T* c = in[p];
+    RG_SIMD
+    for (int64_t i = lo; i < hi; ++i) out[i] += c[i];
+  }
+  if (op == Reduce::Avg) {
+    const T scale = static_cast<T>(1) / static_cast<T>(n);
+    RG_SIMD
+    for (int64_t i = lo; i < hi; ++i) out[i] *= scale;
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm comm, size_t nbytes) {
+  const char* op = "symmetric_empty";
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+
+  // Symmetric means the same size everywhere: a mismatch is the caller's bug.
+  long long extremes[2] = {static_cast<long long>(nbytes), -static_cast<long long>(nbytes)};
+  RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, extremes, 2, MPI_LONG_LONG, MPI_MIN, comm);
+  RG_CHECK(extremes[0] == -extremes[1], op,
+           "expected the same size on every rank (it is allocated by all ranks together), got ",
+           nbytes, " bytes here, and sizes from ", extremes[0], " to ", -extremes[1],
+           " across ranks");
+
+  // Only when every rank shares this host (the answer is the same on every rank).
+  MPI_Comm local;
+  RG_MPI(op, MPI_Comm_split_type, comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  int local_size = 0;
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  if (size == 1 || local_size != size) return nullptr;
+
+  // Names no other job on this host uses: rank 0's pid and clock, then the rank.
+  uint64_t stem[2] = {static_cast<uint64_t>(getpid()),
+                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())};
+  RG_MPI(op, MPI_Bcast, stem, 2, MPI_UINT64_T, 0, comm);
+
+  std::shared_ptr<SymmetricBuffer> buffer(new SymmetricBuffer(rank, size, nbytes));
+  const size_t bytes = segment_bytes(nbytes);
+  const std::string own_name = segment_name(stem, rank);
+
+  // 1. Our own segment, its pages reserved now: a full /dev/shm (Docker gives
+  //    64 MB) then fails here, cleanly, instead of with SIGBUS at first touch.
+  const char* failed = nullptr;
+  int fd = shm_open(own_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  int error = 0;
+  if (fd < 0) {
+    failed = "shm_open", error = errno;
+  } else {
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) failed = "ftruncate", error = errno;
+    if (!failed && (error = posix_fallocate(fd, 0, static_cast<off_t>(bytes))) != 0)
+      failed = "posix_fallocate";
+    if (!failed) {
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED)
+        failed = "mmap", error = errno;
+      else
+        buffer->base_[rank] = static_cast<char*>(p);
+    }
+    close(fd);
+  }
+  int ok = failed ? 0 : 1;
+  RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+
+  // 2. Everyone else's, read-only.
+  if (ok) {
+    for (int p = 0; p < size && !failed; ++p) {
+      if (p == rank) continue;
+      int peer = shm_open(segment_name(stem, p).c_str(), O_RDONLY, 0);
+      if (peer < 0) {
+        failed = "shm_open (a peer's segment)", error = errno;
+        break;
+      }
+      void* q = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, peer, 0);
+      close(peer);
+      if (q == MAP_FAILED)
+        failed = "mmap (a peer's segment)", error = errno;
+      else
+        buffer->base_[p] = static_cast<char*>(q);
+    }
+    ok = failed ? 0 : 1;
+    RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+  }
+  // Every rank has tried to open every segment (the all-reduce above): the names
+  // can go. The memory stays until the last mapping goes, and a job that dies
+  // leaves nothing behind in /dev/shm.
+  if (fd >= 0) shm_unlink(own_name.c_str());
+  if (failed)
+    std::fprintf(stderr,
+                 "[rank %d/%d] note: no shared memory for a %zu-byte symmetric buffer (%s: %s); "
+                 "using ordinary memory and MPI's all-reduce\n",
+                 rank, size, nbytes, failed, std::strerror(error));
+  return ok ? buffer : nullptr;
+}
+
+SymmetricBuffer::~SymmetricBuffer() {
+  for (char* base : base_)
+    if (base) munmap(base, segment_bytes(nbytes_));
+}
+
+void* SymmetricBuffer::data_of(int r) const { return base_[r] + kHeaderBytes; }
+
+void SymmetricBuffer::barrier(double timeout_s) {
+  ++epoch_;
+  counter_at(base_[rank_]).store(epoch_, std::memory_order_release);
+  const auto start = std::chrono::steady_clock::now();
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    std::atomic_ref<uint64_t> peer = counter_at(base_[p]);
+    // Spin briefly (peers usually arrive within microseconds), then yield the
+    // core, then nap: with more ranks than cores the one we wait for needs it.
+    for (uint32_t spins = 0; peer.load(std::memory_order_acquire) < epoch_; ++spins) {
+      if (spins < 256)
+        cpu_relax();
+      else if (spins < 4096)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (spins % 256 == 255 && timeout_s > 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+              timeout_s)
+        fail("all_reduce (shared memory)", "expected rank ", p, " to reach the all-reduce within ",
+             timeout_s, " s (RINGGRAD_COMM_TIMEOUT_S), got no sign of it: it has probably failed");
+    }
+  }
+}
+
+void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double timeout_s) {
+  RG_CHECK(supports(dtype), "all_reduce", "shared-memory all-reduce of ", dtype,
+           " is not supported");
+  const int64_t element = static_cast<int64_t>(element_size(dtype));
+  RG_CHECK(count >= 0 && count * element <= static_cast<int64_t>(nbytes_), "all_reduce",
+           "expected at most ", nbytes_ / element, " elements, got ", count);
+  // Chunk r of count elements, cut at cache-line multiples so that no two
+  // ranks write one line.
+  const int64_t line = static_cast<int64_t>(kLine) / element;
+  auto bound = [&](int r) {
+    if (r == size_) return count;
+    int64_t b = count * r / size_;
+    return b - b % line;
+  };
+  barrier(timeout_s);  // 1. arrive: every contribution is in place
+  const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
+  auto reduce = [&](auto* own) {  // 2. my chunk, from every buffer
+    using T = std::remove_pointer_t<decltype(own)>;
+    std::vector<const T*> in{own};  // my contribution first, then the others'
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) in.push_back(static_cast<const T*>(data_of(p)));
+    reduce_chunk(own, in, lo, hi, op);
+  };
+  switch (dtype) {
+    case DType::Float32:
+      reduce(static_cast<float*>(data()));
+      break;
+    case DType::Float64:
+      reduce(static_cast<double*>(data()));
+      break;
+    case DType::Int64:
+      reduce(static_cast<int64_t*>(data()));
+      break;
+    case DType::Bool:
+      break;  // refused above
+  }
+  barrier(timeout_s);  // every chunk is reduced
+  char* own = static_cast<char*>(data());
+  for (int p = 0; p < size_; ++p) {  // 3. everyone else's chunk, from its owner
+    if (p == rank_) continue;
+    const int64_t from = bound(p), to = bound(p + 1);
+    std::memcpy(own + from * element, static_cast<const char*>(data_of(p)) + from * element,
+                static_cast<size_t>((to - from) * element));
+  }
+  barrier(timeout_s);  // 4. leave: nobody reads my buffer any more
+}
+
+}  // namespace ringgrad::parallel::mpi
