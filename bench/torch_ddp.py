@@ -51,13 +51,16 @@ def main():
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--port", type=int, default=29517)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads per rank (default: the cores shared out, as rgrun does)")
     args = ap.parse_args()
-    threads = max(1, (os.cpu_count() or 1) // args.world)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.world)
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     mp.start_processes(run, args=(args.world, args.data, threads, args.port, out), nprocs=args.world,
                        start_method="spawn")
-    print(f"RESULT bench=torch_ddp world={args.world} samples_per_s={out.get():.0f}")
+    print(f"RESULT bench=torch_ddp world={args.world} threads_per_rank={threads} "
+          f"samples_per_s={out.get():.0f}")
 
 
 if __name__ == "__main__":
