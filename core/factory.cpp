@@ -10,18 +10,35 @@
 
 namespace ringgrad {
 
-Tensor empty(const Shape& shape, TensorOptions options) {
+namespace {
+
+// Bytes of a contiguous tensor of this shape and dtype (sizes checked on the way).
+size_t checked_nbytes(const Shape& shape, DType dtype, const char* op) {
   for (int64_t s : shape)
-    RG_CHECK(s >= 0, "empty", "expected non-negative sizes, got shape ", shape_str(shape));
+    RG_CHECK(s >= 0, op, "expected non-negative sizes, got shape ", shape_str(shape));
+  return numel_of(shape) * element_size(dtype);
+}
+
+// A contiguous tensor of `shape` over all of `storage`.
+Tensor over_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype,
+                    bool requires_grad) {
   auto impl = std::make_shared<TensorImpl>();
-  DType dtype = options.dtype.value_or(kFloat32);
-  impl->storage = std::make_shared<Storage>(numel_of(shape) * element_size(dtype), options.device);
+  impl->storage = std::move(storage);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   Tensor t(std::move(impl));
-  if (options.requires_grad) t.requires_grad_();
+  if (requires_grad) t.requires_grad_();
   return t;
+}
+
+}  // namespace
+
+Tensor empty(const Shape& shape, TensorOptions options) {
+  DType dtype = options.dtype.value_or(kFloat32);
+  size_t nbytes = checked_nbytes(shape, dtype, "empty");
+  return over_storage(std::make_shared<Storage>(nbytes, options.device), shape, dtype,
+                      options.requires_grad);
 }
 
 Tensor full(const Shape& shape, double value, TensorOptions options) {
@@ -35,20 +52,12 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
 
 Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> release,
                  TensorOptions options) {
-  for (int64_t s : shape)
-    RG_CHECK(s >= 0, "from_blob", "expected non-negative sizes, got shape ", shape_str(shape));
   DType dtype = options.dtype.value_or(kFloat32);
-  size_t nbytes = numel_of(shape) * element_size(dtype);
+  size_t nbytes = checked_nbytes(shape, dtype, "from_blob");
   RG_CHECK(data != nullptr || nbytes == 0, "from_blob", "expected a data pointer, got null for ",
            nbytes, " bytes");
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(data, nbytes, options.device, std::move(release));
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  Tensor t(std::move(impl));
-  if (options.requires_grad) t.requires_grad_();
-  return t;
+  return over_storage(std::make_shared<Storage>(data, nbytes, options.device, std::move(release)),
+                      shape, dtype, options.requires_grad);
 }
 
 Tensor from_blob(void* data, const Shape& shape, TensorOptions options) {
