@@ -76,8 +76,10 @@ void MultiheadAttention::reset_parameters() {
   if (out_proj.bias.defined()) init::zeros_(out_proj.bias);
 }
 
-Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                   const AttentionMasks& masks) {
+// Projections and heads, shared by forward and forward_with_weights.
+MultiheadAttention::Heads MultiheadAttention::project(const Tensor& query, const Tensor& key,
+                                                      const Tensor& value,
+                                                      const AttentionMasks& masks) {
   const char* who = "MultiheadAttention";
   const bool bf = options_.batch_first;
   for (const Tensor* t : {&query, &key, &value})
@@ -117,13 +119,45 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   auto heads = [&](const Tensor& x, int64_t t) {
     return x.reshape({b, t, h, head_dim}).transpose(1, 2);
   };
+  return {heads(Q, tq), heads(K, tk), heads(V, tk), combined_mask(masks, b, h, tq, tk, q.dtype())};
+}
+
+// (B, H, Tq, D) -> out_proj, in the caller's layout.
+Tensor MultiheadAttention::merge(const Tensor& heads) {
+  const int64_t b = heads.size(0), tq = heads.size(2);
+  Tensor out = out_proj(heads.transpose(1, 2).reshape({b, tq, embed_dim}));
+  return options_.batch_first ? out : out.transpose(0, 1);
+}
+
+Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                   const AttentionMasks& masks) {
+  Heads x = project(query, key, value, masks);
   AttentionOptions opts;
-  opts.mask = combined_mask(masks, b, h, tq, tk, q.dtype());
+  opts.mask = x.mask;
   opts.causal = masks.is_causal;
   opts.dropout_p = is_training() ? options_.dropout : 0.0;
-  Tensor out = attention(heads(Q, tq), heads(K, tk), heads(V, tk), opts);  // (B, H, Tq, D)
-  out = out_proj(out.transpose(1, 2).reshape({b, tq, e}));
-  return bf ? out : out.transpose(0, 1);
+  return merge(attention(x.q, x.k, x.v, opts));  // blockwise: no (Tq, Tk) matrix
+}
+
+// torch's need_weights=True path: the weights are materialised, softmax(QKᵀ/√D + mask),
+// then dropout (torch returns them after dropout), then weights · V.
+std::pair<Tensor, Tensor> MultiheadAttention::forward_with_weights(const Tensor& query,
+                                                                   const Tensor& key,
+                                                                   const Tensor& value,
+                                                                   const AttentionMasks& masks,
+                                                                   bool average_attn_weights) {
+  Heads x = project(query, key, value, masks);
+  const int64_t tq = x.q.size(2), tk = x.k.size(2);
+  Tensor scores = matmul(x.q, x.k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim)));
+  if (x.mask.defined()) scores = scores + x.mask;
+  if (masks.is_causal) {  // hide key j from query i when j > i
+    TensorOptions index{.dtype = kInt64, .device = scores.device()};
+    Tensor later = gt(arange(double(tk), index).view({1, tk}), arange(double(tq), index).view({tq, 1}));
+    scores = masked_fill(scores, later, -kInf);
+  }
+  Tensor weights = dropout(softmax(scores, -1), options_.dropout, is_training());
+  Tensor out = merge(matmul(weights, x.v));
+  return {out, average_attn_weights ? mean(weights, {1}) : weights};
 }
 
 std::string MultiheadAttention::describe() const {

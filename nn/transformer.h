@@ -8,11 +8,13 @@
 // batch_first; post-norm unless norm_first; attn_mask may be bool (true = may NOT
 // attend) or float (added to the scores), shaped (Tq, Tk) or (B·H, Tq, Tk);
 // key_padding_mask (B, Tk) is bool (true = padding, ignored) or float.
-// Differences: attention weights are never materialised (attention runs blockwise,
-// so there is no need_weights), and kdim/vdim ≠ embed_dim are not supported.
+// forward() never materialises the attention weights (attention runs blockwise, as
+// torch's need_weights=False); forward_with_weights() is need_weights=True. Not
+// supported: kdim/vdim ≠ embed_dim.
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "ringgrad/nn/layers.h"
@@ -43,6 +45,14 @@ class MultiheadAttention : public Module {
                     const AttentionMasks& masks = {}) {
     return forward(query, key, value, masks);
   }
+  // torch's need_weights=True: also the attention weights (after dropout, as
+  // torch returns them), (B, Tq, Tk) averaged over heads, or (B, H, Tq, Tk):
+  //   auto [out, weights] = mha.forward_with_weights(x, x, x);
+  // The (Tq, Tk) matrices are materialised: O(T²) memory, where forward() is O(T).
+  std::pair<Tensor, Tensor> forward_with_weights(const Tensor& query, const Tensor& key,
+                                                 const Tensor& value,
+                                                 const AttentionMasks& masks = {},
+                                                 bool average_attn_weights = true);
   std::string describe() const override;
   void reset_parameters();  // torch's: xavier_uniform_ in_proj, zero biases
 
@@ -51,6 +61,14 @@ class MultiheadAttention : public Module {
   Linear out_proj;
 
  private:
+  struct Heads {
+    Tensor q, k, v;  // (B, H, T, D)
+    Tensor mask;     // additive, broadcastable to (B, H, Tq, Tk); undefined if none
+  };
+  Heads project(const Tensor& query, const Tensor& key, const Tensor& value,
+                const AttentionMasks& masks);
+  Tensor merge(const Tensor& heads);  // (B, H, Tq, D) -> out_proj, in the caller's layout
+
   MultiheadAttentionOptions options_;
 };
 

@@ -127,6 +127,59 @@ TEST_CASE("nn::MultiheadAttention: gradcheck through projections, heads and mask
           {mha.in_proj_weight, mha.out_proj.weight});
 }
 
+TEST_CASE("nn::MultiheadAttention: forward_with_weights is torch's need_weights=True") {
+  // torch 1.13, float64, the golden fill (rule at the top of this file):
+  //   m = nn.MultiheadAttention(8, 2, batch_first=True); x[i] = sin(0.37 i) (2, 3, 8);
+  //   mem[i] = cos(0.23 i) (2, 4, 8); kpm = [[F,F,F,T],[F,F,F,F]];
+  //   am = [[F,T,F,F],[F,F,F,F],[T,F,F,F]]
+  //   out, w = m(x, mem, mem, key_padding_mask=kpm, attn_mask=am)
+  //   _, w2 = m(…, average_attn_weights=False)
+  rg::nn::MultiheadAttention mha(8, 2, {.batch_first = true});
+  mha.to(rg::kFloat64);
+  fill_like_golden(mha);
+  rg::Tensor x = seq({2, 3, 8}, [](double i) { return std::sin(0.37 * i); });
+  rg::Tensor mem = seq({2, 4, 8}, [](double i) { return std::cos(0.23 * i); });
+  rg::Tensor kpm = rg::zeros({2, 4}, {.dtype = rg::kBool});
+  kpm[0][3].fill_(1.0);
+  rg::Tensor am = rg::zeros({3, 4}, {.dtype = rg::kBool});
+  am[0][1].fill_(1.0);
+  am[2][0].fill_(1.0);
+  rg::nn::AttentionMasks masks{.attn_mask = am, .key_padding_mask = kpm};
+  auto [out, w] = mha.forward_with_weights(x, mem, mem, masks);
+  check_close(out.narrow(2, 0, 4)[0],  // the first 4 features of batch 0, every query
+              {0.4245833498, 0.1911904637, -0.1344557994, -0.4046998636, 0.0518940022,
+               -0.0989366213, -0.2117917869, -0.2345310847, -0.1937110554, -0.0959240794,
+               0.0384861201, 0.1506703830},
+              1e-9);
+  CHECK_SHAPE(w, {2, 3, 4});
+  check_close(w, {0.6493934669, 0, 0.3506065331, 0, 0.2147968057, 0.4641549132, 0.3210482811, 0,
+                  0, 0.4690587007, 0.5309412993, 0, 0.4957138785, 0, 0.1828050322, 0.3214810893,
+                  0.1914719245, 0.2073316376, 0.3550152074, 0.2461812305, 0, 0.4350007721,
+                  0.1656785864, 0.3993206415},
+              1e-9);
+  auto [out2, w2] = mha.forward_with_weights(x, mem, mem, masks, /*average_attn_weights=*/false);
+  CHECK_SHAPE(w2, {2, 2, 3, 4});
+  check_close(w2[1][1][2], {0.0, 0.4402994529, 0.1749050844, 0.3847954627}, 1e-9);
+  check_close(rg::mean(w2, {1}), w, 1e-15);
+  check_close(out2, out, 0);
+  // The same output as the blockwise forward, which never builds the weights.
+  check_close(out, mha(x, mem, mem, masks), 1e-12);
+  // Weights sum to 1 over the keys; the causal flag hides later keys.
+  rg::Tensor y = rg::uniform({2, 5, 8}, -1, 1, {.dtype = rg::kFloat64});
+  auto [causal_out, causal_w] = mha.forward_with_weights(y, y, y, {.is_causal = true}, false);
+  check_close(rg::sum(causal_w, {-1}), std::vector<double>(2 * 2 * 5, 1.0), 1e-12);
+  rg::Tensor later = rg::gt(rg::arange(5.0).view({1, 5}), rg::arange(5.0).view({5, 1}));
+  CHECK(rg::sum(rg::where(later, causal_w, rg::zeros({}, {.dtype = rg::kFloat64}))).item() == 0.0);
+  check_close(causal_out, mha(y, y, y, {.is_causal = true}), 1e-12);
+  // Gradients flow through the weights as well as the output.
+  grad_ok("mha with weights",
+          [&](const V& in) {
+            auto [o, weights] = mha.forward_with_weights(in[0], in[1], in[1], {.key_padding_mask = kpm});
+            return rg::sum(o) + rg::sum(weights * weights);
+          },
+          {leaf({2, 3, 8}), leaf({2, 4, 8})});
+}
+
 TEST_CASE("nn::Transformer: torch.nn.Transformer's names, and its outputs and gradients") {
   rg::nn::Transformer model({.d_model = 8, .nhead = 2, .num_encoder_layers = 1,
                              .num_decoder_layers = 1, .dim_feedforward = 16, .dropout = 0.0,
