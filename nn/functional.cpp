@@ -99,4 +99,6 @@ AttentionImpl set_attention_impl(AttentionImpl impl) {
   return std::exchange(attention_impl(), std::move(impl));
 }
 
+bool attention_is_local() { return !attention_impl(); }
+
 }  // namespace ringgrad::nn

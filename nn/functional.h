@@ -42,5 +42,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
                  const AttentionOptions& options = {});
 // Installs `impl` (an empty function restores the default); returns the previous one.
 AttentionImpl set_attention_impl(AttentionImpl impl);
+// Whether nn::attention is the local kernel (false inside a context_parallel region).
+bool attention_is_local();
 
 }  // namespace ringgrad::nn

@@ -146,6 +146,10 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward_with_weights(const Tensor&
                                                                    const Tensor& value,
                                                                    const AttentionMasks& masks,
                                                                    bool average_attn_weights) {
+  RG_CHECK(attention_is_local(), "MultiheadAttention",
+           "expected forward_with_weights where attention is local, got a replaced "
+           "nn::attention (a context_parallel region?): each rank holds a shard of the "
+           "sequence there, so no rank can build the whole weight matrix; call forward()");
   Heads x = project(query, key, value, masks);
   const int64_t tq = x.q.size(2), tk = x.k.size(2);
   Tensor scores = matmul(x.q, x.k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim)));

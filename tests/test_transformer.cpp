@@ -171,6 +171,14 @@ TEST_CASE("nn::MultiheadAttention: forward_with_weights is torch's need_weights=
   rg::Tensor later = rg::gt(rg::arange(5.0).view({1, 5}), rg::arange(5.0).view({5, 1}));
   CHECK(rg::sum(rg::where(later, causal_w, rg::zeros({}, {.dtype = rg::kFloat64}))).item() == 0.0);
   check_close(causal_out, mha(y, y, y, {.is_causal = true}), 1e-12);
+  // Not where nn::attention is replaced (a context_parallel region shards the sequence).
+  rg::nn::AttentionImpl previous = rg::nn::set_attention_impl(
+      [](const rg::Tensor& q, const rg::Tensor& k, const rg::Tensor& v,
+         const rg::AttentionOptions& o) { return rg::scaled_dot_product_attention(q, k, v, o); });
+  CHECK_CONTAINS(error_of([&] { mha.forward_with_weights(y, y, y); }),
+                 "expected forward_with_weights where attention is local");
+  rg::nn::set_attention_impl(previous);
+  CHECK(rg::nn::attention_is_local());
   // Gradients flow through the weights as well as the output.
   grad_ok("mha with weights",
           [&](const V& in) {
