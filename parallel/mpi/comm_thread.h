@@ -107,6 +107,10 @@ class CommThread {
   // Thread side: start queued operations in order; poll posted sends/recvs.
   // Returns once stopped with an empty queue and nothing in flight.
   void loop();
+  // For an operation that waits on this thread without calling MPI (the
+  // shared-memory all-reduce): keeps posted sends/recvs moving meanwhile. A
+  // peer may need our send to arrive before it can join that operation.
+  void progress() { poll(); }
 
  private:
   void start(Op op);

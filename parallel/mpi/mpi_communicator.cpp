@@ -168,10 +168,14 @@ class MpiCommunicator : public Communicator {
     check_reduce(t, op, "all_reduce");
     if (auto shared = symmetric_->find(t); shared && mpi::SymmetricBuffer::supports(t.dtype())) {
       // Every rank holds the same symmetric tensor, so every rank comes here.
+      // It runs on the communication thread (in issue order), which keeps its
+      // sends/recvs in flight moving while it waits for the peers.
       double timeout_s = info_->timeout_s;
+      CommThread* thread = thread_state_.get();  // runs this closure: alive meanwhile
       return enqueue(new_work("all_reduce (shared memory)"), t.nbytes(), -1,
-                     [shared, t, op, timeout_s] {
-                       shared->all_reduce(t.dtype(), t.numel(), op, timeout_s);
+                     [shared, t, op, timeout_s, thread] {
+                       shared->all_reduce(t.dtype(), t.numel(), op, timeout_s,
+                                          [thread] { thread->progress(); });
                        return MPI_REQUEST_NULL;
                      });
     }

@@ -182,7 +182,7 @@ SymmetricBuffer::~SymmetricBuffer() {
 
 void* SymmetricBuffer::data_of(int r) const { return base_[r] + kHeaderBytes; }
 
-void SymmetricBuffer::barrier(double timeout_s) {
+void SymmetricBuffer::barrier(double timeout_s, const std::function<void()>& progress) {
   ++epoch_;
   counter_at(base_[rank_]).store(epoch_, std::memory_order_release);
   const auto start = std::chrono::steady_clock::now();
@@ -191,7 +191,9 @@ void SymmetricBuffer::barrier(double timeout_s) {
     std::atomic_ref<uint64_t> peer = counter_at(base_[p]);
     // Spin briefly (peers usually arrive within microseconds), then yield the
     // core, then nap: with more ranks than cores the one we wait for needs it.
+    // Every so often, let MPI move what is in flight.
     for (uint32_t spins = 0; peer.load(std::memory_order_acquire) < epoch_; ++spins) {
+      if (spins % 32 == 31 && progress) progress();
       if (spins < 256)
         cpu_relax();
       else if (spins < 4096)
@@ -207,7 +209,8 @@ void SymmetricBuffer::barrier(double timeout_s) {
   }
 }
 
-void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double timeout_s) {
+void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double timeout_s,
+                                 const std::function<void()>& progress) {
   RG_CHECK(supports(dtype), "all_reduce", "shared-memory all-reduce of ", dtype,
            " is not supported");
   const int64_t element = static_cast<int64_t>(element_size(dtype));
@@ -221,7 +224,7 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double t
     int64_t b = count * r / size_;
     return b - b % line;
   };
-  barrier(timeout_s);  // 1. arrive: every contribution is in place
+  barrier(timeout_s, progress);  // 1. arrive: every contribution is in place
   const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
   auto reduce = [&](auto* own) {  // 2. my chunk, from every buffer
     using T = std::remove_pointer_t<decltype(own)>;
@@ -243,7 +246,7 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double t
     case DType::Bool:
       break;  // refused above
   }
-  barrier(timeout_s);  // every chunk is reduced
+  barrier(timeout_s, progress);  // every chunk is reduced
   char* own = static_cast<char*>(data());
   for (int p = 0; p < size_; ++p) {  // 3. everyone else's chunk, from its owner
     if (p == rank_) continue;
@@ -251,7 +254,7 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double t
     std::memcpy(own + from * element, static_cast<const char*>(data_of(p)) + from * element,
                 static_cast<size_t>((to - from) * element));
   }
-  barrier(timeout_s);  // 4. leave: nobody reads my buffer any more
+  barrier(timeout_s, progress);  // 4. leave: nobody reads my buffer any more
 }
 
 }  // namespace ringgrad::parallel::mpi

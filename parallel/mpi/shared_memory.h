@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -54,15 +55,20 @@ class SymmetricBuffer {
 
   // Steps 1–4 above over the first `count` elements, on every rank together.
   // Sum, Avg and Max for float32, float64 and int64 (supports() says which).
-  // A peer that does not arrive within timeout_s (> 0) is an error.
-  void all_reduce(DType dtype, int64_t count, Reduce op, double timeout_s);
+  // A peer that does not arrive within timeout_s (> 0) is an error. While
+  // waiting for peers it calls `progress` now and then: MPI transfers posted
+  // before this one must keep moving (a peer may be waiting for one of them
+  // before it can arrive here).
+  void all_reduce(DType dtype, int64_t count, Reduce op, double timeout_s,
+                  const std::function<void()>& progress);
   static bool supports(DType dtype) { return dtype != DType::Bool; }
 
  private:
   SymmetricBuffer(int rank, int size, size_t nbytes)
       : rank_(rank), size_(size), nbytes_(nbytes), base_(size, nullptr) {}
   void* data_of(int r) const;
-  void barrier(double timeout_s);  // steps' ends: every rank's counter reaches epoch_
+  // Steps' ends: every rank's counter reaches epoch_.
+  void barrier(double timeout_s, const std::function<void()>& progress);
 
   int rank_, size_;
   size_t nbytes_;

@@ -332,6 +332,31 @@ void test_symmetric_all_reduce(rg::parallel::Communicator& comm) {
     all_right = all_right && got.front() == want && got.back() == want && got[2049] == want;
   }
   check(all_right, "symmetric all_reduce, 200 back-to-back rounds");
+  // While a rank waits in the shared-memory all-reduce, its sends in flight must
+  // still move: rank 1 receives a large message before it joins the all-reduce
+  // that rank 0 has already entered (with MPI idle on rank 0, rank 1 would wait forever).
+  if (N > 1 && rank <= 1) {
+    rg::Tensor big = rg::full({4 << 20}, 3.0);  // 16 MB: sent in pieces, as the receiver asks
+    rg::Tensor sym = comm.symmetric_empty({1000});
+    sym.fill_(1.0);
+    if (rank == 0) {
+      rg::parallel::WorkHandle sent = comm.send_async(big, 1);
+      comm.all_reduce(sym);
+      sent->wait();
+    } else {
+      rg::Tensor got = rg::zeros({4 << 20});
+      comm.recv(got, 0);
+      check(got.tolist<float>()[(4 << 20) - 1] == 3.0f, "large recv before the all-reduce");
+      comm.all_reduce(sym);
+    }
+    // ranks 2.. join the all-reduce at once
+    check(sym.tolist<float>()[999] == float(N), "shared-memory all-reduce beside a send in flight");
+  } else if (N > 1) {
+    rg::Tensor sym = comm.symmetric_empty({1000});
+    sym.fill_(1.0);
+    comm.all_reduce(sym);
+    check(sym.tolist<float>()[999] == float(N), "shared-memory all-reduce beside a send in flight");
+  }
   if (N > 1)
     check_error([&] { comm.symmetric_empty({rank + 1}); }, "same size on every rank",
                 "symmetric_empty with different sizes");
