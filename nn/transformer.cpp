@@ -61,17 +61,32 @@ Tensor activate(const Tensor& x, Activation a) {
 // ---- MultiheadAttention ----
 
 MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, MultiheadAttentionOptions options)
-    : embed_dim(e), num_heads(h), head_dim(h > 0 ? e / h : 0), out_proj(e > 0 ? e : 1, e > 0 ? e : 1, options.bias), options_(options) {
+    : embed_dim(e),
+      num_heads(h),
+      head_dim(h > 0 ? e / h : 0),
+      kdim(options.kdim > 0 ? options.kdim : e),
+      vdim(options.vdim > 0 ? options.vdim : e),
+      out_proj(e > 0 ? e : 1, e > 0 ? e : 1, options.bias),
+      options_(options) {
   RG_CHECK(e > 0 && h > 0 && e % h == 0, "MultiheadAttention",
            "expected embed_dim divisible by num_heads, got embed_dim=", e, " and num_heads=", h);
-  in_proj_weight = register_parameter("in_proj_weight", empty({3 * e, e}));
+  RG_CHECK(options.kdim >= 0 && options.vdim >= 0, "MultiheadAttention",
+           "expected kdim and vdim >= 0 (0: embed_dim), got ", options.kdim, " and ", options.vdim);
+  if (kdim == e && vdim == e) {
+    in_proj_weight = register_parameter("in_proj_weight", empty({3 * e, e}));
+  } else {  // torch's names and order for separate projections
+    q_proj_weight = register_parameter("q_proj_weight", empty({e, e}));
+    k_proj_weight = register_parameter("k_proj_weight", empty({e, kdim}));
+    v_proj_weight = register_parameter("v_proj_weight", empty({e, vdim}));
+  }
   if (options.bias) in_proj_bias = register_parameter("in_proj_bias", empty({3 * e}));
   register_module("out_proj", out_proj);
   reset_parameters();
 }
 
 void MultiheadAttention::reset_parameters() {
-  init::xavier_uniform_(in_proj_weight);
+  for (Tensor* w : {&in_proj_weight, &q_proj_weight, &k_proj_weight, &v_proj_weight})
+    if (w->defined()) init::xavier_uniform_(*w);
   if (in_proj_bias.defined()) init::zeros_(in_proj_bias);
   if (out_proj.bias.defined()) init::zeros_(out_proj.bias);
 }
@@ -82,11 +97,12 @@ MultiheadAttention::Heads MultiheadAttention::project(const Tensor& query, const
                                                       const AttentionMasks& masks) {
   const char* who = "MultiheadAttention";
   const bool bf = options_.batch_first;
-  for (const Tensor* t : {&query, &key, &value})
-    RG_CHECK(t->dim() == 3 && t->size(2) == embed_dim, who, "expected ",
-             bf ? "(B, T, E)" : "(T, B, E)", " inputs with E = ", embed_dim, ", got query ",
-             shape_str(query.shape()), ", key ", shape_str(key.shape()), ", value ",
-             shape_str(value.shape()));
+  const bool ok = query.dim() == 3 && key.dim() == 3 && value.dim() == 3 &&
+                  query.size(2) == embed_dim && key.size(2) == kdim && value.size(2) == vdim;
+  RG_CHECK(ok, who, "expected ", bf ? "(B, T, features)" : "(T, B, features)",
+           " inputs with ", embed_dim, " query, ", kdim, " key and ", vdim,
+           " value features, got query ", shape_str(query.shape()), ", key ",
+           shape_str(key.shape()), ", value ", shape_str(value.shape()));
   // Work in (B, T, E).
   Tensor q = bf ? query : query.transpose(0, 1);
   Tensor k = bf ? key : key.transpose(0, 1);
@@ -97,15 +113,20 @@ MultiheadAttention::Heads MultiheadAttention::project(const Tensor& query, const
            shape_str(query.shape()), ", key ", shape_str(key.shape()), ", value ",
            shape_str(value.shape()));
 
-  // Projections: rows [i·E, (i+n)·E) of the stacked in_proj weight. Self-attention
-  // (one tensor for all three) runs one GEMM for q, k and v together.
+  // Projections: rows [i·E, (i+n)·E) of the stacked in_proj weight (or the
+  // separate q/k/v weights). Self-attention (one tensor for all three) runs one
+  // GEMM for q, k and v together.
   auto project = [&](const Tensor& x, int64_t first, int64_t count) {
-    Tensor w = in_proj_weight.narrow(0, first * e, count * e);
+    const Tensor* separate[] = {&q_proj_weight, &k_proj_weight, &v_proj_weight};
+    Tensor w = in_proj_weight.defined() ? in_proj_weight.narrow(0, first * e, count * e)
+                                        : *separate[first];  // count is 1 then
     Tensor bias = in_proj_bias.defined() ? in_proj_bias.narrow(0, first * e, count * e) : Tensor();
     return linear(x, w, bias);
   };
   Tensor Q, K, V;
-  if (query.impl_ptr() == key.impl_ptr() && key.impl_ptr() == value.impl_ptr()) {
+  if (!in_proj_weight.defined()) {
+    Q = project(q, 0, 1), K = project(k, 1, 1), V = project(v, 2, 1);
+  } else if (query.impl_ptr() == key.impl_ptr() && key.impl_ptr() == value.impl_ptr()) {
     std::vector<Tensor> qkv = chunk(project(q, 0, 3), 3, -1);
     Q = qkv[0], K = qkv[1], V = qkv[2];
   } else if (key.impl_ptr() == value.impl_ptr()) {
@@ -166,8 +187,10 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward_with_weights(const Tensor&
 
 std::string MultiheadAttention::describe() const {
   std::ostringstream os;
-  os << "MultiheadAttention(embed_dim=" << embed_dim << ", num_heads=" << num_heads
-     << ", dropout=" << options_.dropout << ", batch_first=" << (options_.batch_first ? "true" : "false") << ")";
+  os << "MultiheadAttention(embed_dim=" << embed_dim << ", num_heads=" << num_heads;
+  if (kdim != embed_dim || vdim != embed_dim) os << ", kdim=" << kdim << ", vdim=" << vdim;
+  os << ", dropout=" << options_.dropout
+     << ", batch_first=" << (options_.batch_first ? "true" : "false") << ")";
   return os.str();
 }
 

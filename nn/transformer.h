@@ -9,8 +9,9 @@
 // attend) or float (added to the scores), shaped (Tq, Tk) or (B·H, Tq, Tk);
 // key_padding_mask (B, Tk) is bool (true = padding, ignored) or float.
 // forward() never materialises the attention weights (attention runs blockwise, as
-// torch's need_weights=False); forward_with_weights() is need_weights=True. Not
-// supported: kdim/vdim ≠ embed_dim.
+// torch's need_weights=False); forward_with_weights() is need_weights=True. With
+// kdim/vdim ≠ embed_dim the projections are three matrices, named as torch names them
+// (q_proj_weight, k_proj_weight, v_proj_weight) instead of one in_proj_weight.
 #pragma once
 
 #include <memory>
@@ -27,6 +28,7 @@ struct MultiheadAttentionOptions {
   double dropout = 0.0;  // on the attention weights, while training
   bool bias = true;
   bool batch_first = false;
+  int64_t kdim = 0, vdim = 0;  // features of key / value inputs; 0: embed_dim
 };
 
 struct AttentionMasks {
@@ -56,8 +58,10 @@ class MultiheadAttention : public Module {
   std::string describe() const override;
   void reset_parameters();  // torch's: xavier_uniform_ in_proj, zero biases
 
-  int64_t embed_dim, num_heads, head_dim;
+  int64_t embed_dim, num_heads, head_dim, kdim, vdim;
   Tensor in_proj_weight, in_proj_bias;  // (3E, E), (3E): q, k, v projections stacked
+  // Only when kdim or vdim ≠ embed_dim (then in_proj_weight is undefined):
+  Tensor q_proj_weight, k_proj_weight, v_proj_weight;  // (E, E), (E, kdim), (E, vdim)
   Linear out_proj;
 
  private:

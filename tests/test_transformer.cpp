@@ -110,7 +110,9 @@ TEST_CASE("nn::MultiheadAttention: shapes, torch's parameter names, masks") {
                  "expected attn_mask (Tq, Tk) = [5, 7] or (B·num_heads, Tq, Tk) = [6, 5, 7], got [5, 5]");
   CHECK_CONTAINS(error_of([&] { mha(x, mem, mem, {.key_padding_mask = rg::zeros({3, 5}, {.dtype = rg::kBool})}); }),
                  "expected key_padding_mask (B, Tk) = [3, 7], got [3, 5]");
-  CHECK_CONTAINS(error_of([&] { mha(x, rg::randn({3, 7, 6}), mem); }), "inputs with E = 8");
+  CHECK_CONTAINS(error_of([&] { mha(x, rg::randn({3, 7, 6}), mem); }),
+                 "expected (B, T, features) inputs with 8 query, 8 key and 8 value features, got "
+                 "query [3, 5, 8], key [3, 7, 6], value [3, 7, 8]");
 }
 
 TEST_CASE("nn::MultiheadAttention: gradcheck through projections, heads and masks") {
@@ -125,6 +127,46 @@ TEST_CASE("nn::MultiheadAttention: gradcheck through projections, heads and mask
   rg::Tensor x = rg::uniform({2, 2, 4}, -1, 1, {.dtype = rg::kFloat64});
   grad_ok("mha weights", [&](const V&) { return mha(x, x, x); },
           {mha.in_proj_weight, mha.out_proj.weight});
+}
+
+TEST_CASE("nn::MultiheadAttention: kdim and vdim, as torch") {
+  // torch 1.13, float64, the golden fill: m = nn.MultiheadAttention(8, 2, kdim=6, vdim=5);
+  //   x[i] = sin(0.37 i) (3, 2, 8); k[i] = cos(0.23 i) (4, 2, 6); v[i] = sin(0.11 i + 1) (4, 2, 5)
+  //   out, _ = m(x, k, v, need_weights=False); (out * out).sum().backward()
+  rg::nn::MultiheadAttention mha(8, 2, {.kdim = 6, .vdim = 5});
+  std::vector<std::string> names;
+  for (auto& [n, p] : mha.named_parameters()) names.push_back(n + rg::shape_str(p.shape()));
+  CHECK(names == std::vector<std::string>{"q_proj_weight[8, 8]", "k_proj_weight[8, 6]",
+                                          "v_proj_weight[8, 5]", "in_proj_bias[24]",
+                                          "out_proj.weight[8, 8]", "out_proj.bias[8]"});
+  CHECK(mha.describe() ==
+        "MultiheadAttention(embed_dim=8, num_heads=2, kdim=6, vdim=5, dropout=0, batch_first=false)");
+  mha.to(rg::kFloat64);
+  fill_like_golden(mha);
+  rg::Tensor x = seq({3, 2, 8}, [](double i) { return std::sin(0.37 * i); }).requires_grad_();
+  rg::Tensor k = seq({4, 2, 6}, [](double i) { return std::cos(0.23 * i); }).requires_grad_();
+  rg::Tensor v = seq({4, 2, 5}, [](double i) { return std::sin(0.11 * i + 1); }).requires_grad_();
+  rg::Tensor out = mha(x, k, v);
+  check_close(out[0], {0.2092349887, 0.0929292893, -0.0715234664, -0.2088223489, -0.2535265298,
+                       -0.1812223033, -0.0215262821, 0.1538735879, 0.1910603536, 0.0634596173,
+                       -0.0990601754, -0.2220657407, -0.2465320664, -0.1571295772, 0.0088502470,
+                       0.1768988609},
+              1e-9);
+  rg::sum(out * out).backward();
+  check_close(k.grad()[1], {-0.0040208663, -0.0024068438, 0.0003391551, 0.0029256439,
+                            0.0041361568, 0.0034013704, 0.0004448567, -0.0004191496,
+                            -0.0010860233, -0.0012421233, -0.0008140333, -0.0000030907},
+              1e-9);
+  check_close(v.grad()[2], {0.0217060182, 0.0238150610, 0.0147235085, -0.0012927401,
+                            -0.0167009929, 0.0026472260, 0.0012831962, -0.0006843408,
+                            -0.0023300217, -0.0028798569},
+              1e-9);
+  check_close(mha.k_proj_weight.grad()[0], {0.0000268458, 0.0055786870, 0.0108367143,
+                                            0.0155240021, 0.0193936841, 0.0222419548},
+              1e-9);
+  CHECK_CONTAINS(error_of([&] { mha(x, x, x); }), "8 query, 6 key and 5 value features");
+  CHECK_CONTAINS(error_of([&] { rg::nn::MultiheadAttention(8, 2, {.kdim = -1}); }),
+                 "expected kdim and vdim >= 0");
 }
 
 TEST_CASE("nn::MultiheadAttention: forward_with_weights is torch's need_weights=True") {
