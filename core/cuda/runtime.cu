@@ -113,10 +113,13 @@ class PinnedAllocator {
       for (auto it = list.begin(); it != list.end(); ++it) {
         // Not ready: the GPU has not yet reached the point where the block was
         // freed. (Clear the error state, which later launch checks would see.)
-        if (cudaEventQuery(blocks_.at(address(*it)).freed) != cudaSuccess) {
+        // Anything else is a real failure (a fault on the device): say so.
+        cudaError_t state = cudaEventQuery(blocks_.at(address(*it)).freed);
+        if (state == cudaErrorNotReady) {
           cudaGetLastError();
           continue;
         }
+        RG_CUDA_CHECK(state);
         void* p = *it;
         list.erase(it);
         cached_ -= size;
@@ -212,7 +215,8 @@ class PinnedAllocator {
     list.erase(list.begin());
     cached_ -= size;
     // The GPU may still be reading it for a copy queued before it was freed.
-    if (cudaEventSynchronize(blocks_.at(address(p)).freed) != cudaSuccess) cudaGetLastError();
+    // (A failure here is a fault on the device, not a busy block: say so.)
+    RG_CUDA_CHECK(cudaEventSynchronize(blocks_.at(address(p)).freed));
     return p;
   }
 
