@@ -457,6 +457,17 @@ class NcclCommunicator : public Communicator {
     // this rank; ncclCommDestroy could wait for them), or a failed shutdown:
     // abort, which is local and immediate.
     if (!destroyed) s.abort("the communicator was destroyed during an error");
+    // Sends/receives posted but never started (the aborted paths above): their
+    // Works learn why, and the group lets go of them (each holds the state: a
+    // cycle that would keep both alive).
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      for (PendingP2P& p : s.pending)
+        p.work->fail_with(std::make_exception_ptr(Error(detail::concat(
+            "[", p.work->op(), "] the NCCL communicator was destroyed before this ",
+            p.is_send ? "send" : "recv", " started"))));
+      s.pending.clear();
+    }
     if (s.comm_stream) cudaStreamDestroy(s.comm_stream);  // freed once its work is done
   }
 
