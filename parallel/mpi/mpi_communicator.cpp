@@ -170,11 +170,10 @@ class MpiCommunicator : public Communicator {
       // Every rank holds the same symmetric tensor, so every rank comes here.
       // It runs on the communication thread (in issue order), which keeps its
       // sends/recvs in flight moving while it waits for the peers.
-      double timeout_s = info_->timeout_s;
       CommThread* thread = thread_state_.get();  // runs this closure: alive meanwhile
       return enqueue(new_work("all_reduce (shared memory)"), t.nbytes(), -1,
-                     [shared, t, op, timeout_s, thread] {
-                       shared->all_reduce(t.dtype(), t.numel(), op, timeout_s,
+                     [shared, t, op, thread] {
+                       shared->all_reduce(t.dtype(), t.numel(), op,
                                           [thread] { thread->progress(); });
                        return MPI_REQUEST_NULL;
                      });
@@ -286,8 +285,7 @@ class MpiCommunicator : public Communicator {
   }
 
   Tensor symmetric_empty(const Shape& shape, TensorOptions options) override {
-    if (!options.device.is_cpu() || size_ == 1 || !use_shared_memory_)
-      return empty(shape, options);
+    if (!options.device.is_cpu() || size_ == 1) return empty(shape, options);
     int64_t numel = 1;
     for (int64_t d : shape) {
       RG_CHECK(d >= 0, "symmetric_empty", "expected non-negative sizes, got shape ",
@@ -297,8 +295,9 @@ class MpiCommunicator : public Communicator {
     size_t nbytes = static_cast<size_t>(numel) * element_size(options.dtype.value_or(kFloat32));
     std::shared_ptr<mpi::SymmetricBuffer> buffer;
     MPI_Comm comm = thread_state_->comm();
-    enqueue(new_work("symmetric_empty"), 0, -1, [&buffer, comm, nbytes] {
-      buffer = mpi::SymmetricBuffer::create(comm, nbytes);  // collective
+    bool wanted = use_shared_memory_;  // every rank joins, wanted or not: a collective
+    enqueue(new_work("symmetric_empty"), 0, -1, [&buffer, comm, nbytes, wanted] {
+      buffer = mpi::SymmetricBuffer::create(comm, nbytes, wanted);
       return MPI_REQUEST_NULL;
     })->wait();
     if (!buffer) return empty(shape, options);

@@ -81,28 +81,31 @@ void reduce_chunk(T* out, const std::vector<const T*>& in, int64_t lo, int64_t h
     RG_SIMD
     for (int64_t i = lo; i < hi; ++i) out[i] += c[i];
   }
-  if (op == Reduce::Avg) {
-    const T scale = static_cast<T>(1) / static_cast<T>(n);
+  if (op == Reduce::Avg) {  // divided, not multiplied by 1/n: the MPI path's bits
+    const T count = static_cast<T>(n);
     RG_SIMD
-    for (int64_t i = lo; i < hi; ++i) out[i] *= scale;
+    for (int64_t i = lo; i < hi; ++i) out[i] /= count;
   }
 }
 
 }  // namespace
 
-std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm comm, size_t nbytes) {
+std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm comm, size_t nbytes,
+                                                         bool wanted) {
   const char* op = "symmetric_empty";
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
 
   // Symmetric means the same size everywhere: a mismatch is the caller's bug.
-  long long extremes[2] = {static_cast<long long>(nbytes), -static_cast<long long>(nbytes)};
-  RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, extremes, 2, MPI_LONG_LONG, MPI_MIN, comm);
-  RG_CHECK(extremes[0] == -extremes[1], op,
+  // And shared memory only if every rank wants it.
+  long long agree[3] = {static_cast<long long>(nbytes), -static_cast<long long>(nbytes),
+                        wanted ? 1 : 0};
+  RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, agree, 3, MPI_LONG_LONG, MPI_MIN, comm);
+  RG_CHECK(agree[0] == -agree[1], op,
            "expected the same size on every rank (it is allocated by all ranks together), got ",
-           nbytes, " bytes here, and sizes from ", extremes[0], " to ", -extremes[1],
-           " across ranks");
+           nbytes, " bytes here, and sizes from ", agree[0], " to ", -agree[1], " across ranks");
+  if (agree[2] == 0) return nullptr;
 
   // Only when every rank shares this host (the answer is the same on every rank).
   MPI_Comm local;
@@ -126,6 +129,17 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm comm, size_t n
   const char* failed = nullptr;
   int fd = shm_open(own_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   int error = 0;
+  // The name goes once every rank has tried to open every segment (the second
+  // all-reduce below), or on the way out if an MPI call throws before that. The
+  // memory stays until the last mapping goes, and a job that dies later leaves
+  // nothing behind in /dev/shm.
+  struct Unlink {
+    const std::string& name;
+    bool armed;
+    ~Unlink() {
+      if (armed) shm_unlink(name.c_str());
+    }
+  } unlink_name{own_name, fd >= 0};
   if (fd < 0) {
     failed = "shm_open", error = errno;
   } else {
@@ -163,10 +177,6 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm comm, size_t n
     ok = failed ? 0 : 1;
     RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
   }
-  // Every rank has tried to open every segment (the all-reduce above): the names
-  // can go. The memory stays until the last mapping goes, and a job that dies
-  // leaves nothing behind in /dev/shm.
-  if (fd >= 0) shm_unlink(own_name.c_str());
   if (failed)
     std::fprintf(stderr,
                  "[rank %d/%d] note: no shared memory for a %zu-byte symmetric buffer (%s: %s); "
@@ -182,34 +192,31 @@ SymmetricBuffer::~SymmetricBuffer() {
 
 void* SymmetricBuffer::data_of(int r) const { return base_[r] + kHeaderBytes; }
 
-void SymmetricBuffer::barrier(double timeout_s, const std::function<void()>& progress) {
+// No time limit here, as none inside MPI_Allreduce: the caller's wait() has
+// the watchdog (RINGGRAD_COMM_TIMEOUT_S), which ends the job if a peer is gone.
+void SymmetricBuffer::barrier(const std::function<void()>& progress) {
   ++epoch_;
   counter_at(base_[rank_]).store(epoch_, std::memory_order_release);
-  const auto start = std::chrono::steady_clock::now();
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     std::atomic_ref<uint64_t> peer = counter_at(base_[p]);
     // Spin briefly (peers usually arrive within microseconds), then yield the
     // core, then nap: with more ranks than cores the one we wait for needs it.
-    // Every so often, let MPI move what is in flight.
+    // Meanwhile MPI moves what is in flight: now and then while spinning, at
+    // every turn after that.
     for (uint32_t spins = 0; peer.load(std::memory_order_acquire) < epoch_; ++spins) {
-      if (spins % 32 == 31 && progress) progress();
+      if (progress && (spins >= 256 || spins % 32 == 31)) progress();
       if (spins < 256)
         cpu_relax();
       else if (spins < 4096)
         std::this_thread::yield();
       else
         std::this_thread::sleep_for(std::chrono::microseconds(20));
-      if (spins % 256 == 255 && timeout_s > 0 &&
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
-              timeout_s)
-        fail("all_reduce (shared memory)", "expected rank ", p, " to reach the all-reduce within ",
-             timeout_s, " s (RINGGRAD_COMM_TIMEOUT_S), got no sign of it: it has probably failed");
     }
   }
 }
 
-void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double timeout_s,
+void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op,
                                  const std::function<void()>& progress) {
   RG_CHECK(supports(dtype), "all_reduce", "shared-memory all-reduce of ", dtype,
            " is not supported");
@@ -224,7 +231,7 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double t
     int64_t b = count * r / size_;
     return b - b % line;
   };
-  barrier(timeout_s, progress);  // 1. arrive: every contribution is in place
+  barrier(progress);  // 1. arrive: every contribution is in place
   const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
   auto reduce = [&](auto* own) {  // 2. my chunk, from every buffer
     using T = std::remove_pointer_t<decltype(own)>;
@@ -246,7 +253,7 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double t
     case DType::Bool:
       break;  // refused above
   }
-  barrier(timeout_s, progress);  // every chunk is reduced
+  barrier(progress);  // every chunk is reduced
   char* own = static_cast<char*>(data());
   for (int p = 0; p < size_; ++p) {  // 3. everyone else's chunk, from its owner
     if (p == rank_) continue;
@@ -254,7 +261,7 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op, double t
     std::memcpy(own + from * element, static_cast<const char*>(data_of(p)) + from * element,
                 static_cast<size_t>((to - from) * element));
   }
-  barrier(timeout_s, progress);  // 4. leave: nobody reads my buffer any more
+  barrier(progress);  // 4. leave: nobody reads my buffer any more
 }
 
 }  // namespace ringgrad::parallel::mpi

@@ -43,9 +43,10 @@ class SymmetricBuffer {
  public:
   // Collective over comm: every rank creates a segment of `nbytes` data bytes
   // and maps every other rank's. Returns null on every rank when the ranks do
-  // not share one host, or when any rank could not get the memory (no
-  // /dev/shm, or too little room in it): the caller then uses ordinary memory.
-  static std::shared_ptr<SymmetricBuffer> create(MPI_Comm comm, size_t nbytes);
+  // not share one host, when some rank does not want it (RINGGRAD_SHM_ALLREDUCE=0
+  // there), or when any rank could not get the memory (no /dev/shm, or too
+  // little room in it): the caller then uses ordinary memory.
+  static std::shared_ptr<SymmetricBuffer> create(MPI_Comm comm, size_t nbytes, bool wanted);
   ~SymmetricBuffer();  // unmaps this rank's views; the memory goes with the last one
   SymmetricBuffer(const SymmetricBuffer&) = delete;
   SymmetricBuffer& operator=(const SymmetricBuffer&) = delete;
@@ -54,13 +55,12 @@ class SymmetricBuffer {
   size_t nbytes() const { return nbytes_; }
 
   // Steps 1–4 above over the first `count` elements, on every rank together.
-  // Sum, Avg and Max for float32, float64 and int64 (supports() says which).
-  // A peer that does not arrive within timeout_s (> 0) is an error. While
-  // waiting for peers it calls `progress` now and then: MPI transfers posted
-  // before this one must keep moving (a peer may be waiting for one of them
-  // before it can arrive here).
-  void all_reduce(DType dtype, int64_t count, Reduce op, double timeout_s,
-                  const std::function<void()>& progress);
+  // Sum, Avg and Max for float32, float64 and int64 (supports() says which),
+  // with the same bits as MPI's all-reduce of integer-valued data and the same
+  // division for Avg. While waiting for peers it calls `progress`: MPI transfers
+  // posted before this one must keep moving (a peer may be waiting for one of
+  // them before it can arrive here).
+  void all_reduce(DType dtype, int64_t count, Reduce op, const std::function<void()>& progress);
   static bool supports(DType dtype) { return dtype != DType::Bool; }
 
  private:
@@ -68,7 +68,7 @@ class SymmetricBuffer {
       : rank_(rank), size_(size), nbytes_(nbytes), base_(size, nullptr) {}
   void* data_of(int r) const;
   // Steps' ends: every rank's counter reaches epoch_.
-  void barrier(double timeout_s, const std::function<void()>& progress);
+  void barrier(const std::function<void()>& progress);
 
   int rank_, size_;
   size_t nbytes_;
