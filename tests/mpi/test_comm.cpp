@@ -9,10 +9,12 @@
 // against the backend's all_reduce on sizes that do not divide by N, the
 // all-reduce of symmetric memory (shared memory on one host) against MPI's, the
 // errors, and the world of one. Rank 0 prints a few timings.
-// Prints "[rank r/N] P passed, F failed" per rank; exits non-zero on a failure.
+// Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
 #include <ringgrad/parallel/ring_allreduce.h>
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/ringgrad.h>
+
+#include "checks.h"
 
 #include <chrono>
 #include <cmath>
@@ -28,16 +30,9 @@ using rg::parallel::Reduce;
 
 namespace {
 
-int rank = 0, N = 1, passed = 0, failed = 0;
+int rank = 0, N = 1;
 
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::fprintf(stderr, "[rank %d/%d] FAILED: %s\n", rank, N, what.c_str());
-  }
-}
+void check(bool ok, const std::string& what) { mpi_test::check(ok, what, rank); }
 
 // Runs fn, which must throw an error whose message contains `expected`.
 template <typename F>
@@ -426,7 +421,6 @@ int main(int argc, char** argv) {
     test_ring_all_reduce(comm);
     test_symmetric_all_reduce(comm);
     report_timings(comm);
-    std::printf("[rank %d/%d] %d passed, %d failed\n", rank, N, passed, failed);
-    return failed == 0 ? 0 : 1;
+    return mpi_test::report(rank, N);
   });
 }
