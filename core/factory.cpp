@@ -7,17 +7,11 @@
 
 #include "ringgrad/core/backend.h"
 #include "ringgrad/core/kernel_math.h"
+#include "ringgrad/core/op_utils.h"
 
 namespace ringgrad {
 
 namespace {
-
-// Bytes of a contiguous tensor of this shape and dtype (sizes checked on the way).
-size_t checked_nbytes(const Shape& shape, DType dtype, const char* op) {
-  for (int64_t s : shape)
-    RG_CHECK(s >= 0, op, "expected non-negative sizes, got shape ", shape_str(shape));
-  return numel_of(shape) * element_size(dtype);
-}
 
 // A contiguous tensor of `shape` over all of `storage`.
 Tensor over_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype,
@@ -36,7 +30,7 @@ Tensor over_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType 
 
 Tensor empty(const Shape& shape, TensorOptions options) {
   DType dtype = options.dtype.value_or(kFloat32);
-  size_t nbytes = checked_nbytes(shape, dtype, "empty");
+  size_t nbytes = detail::checked_nbytes(shape, dtype, "empty");
   return over_storage(std::make_shared<Storage>(nbytes, options.device), shape, dtype,
                       options.requires_grad);
 }
@@ -53,7 +47,7 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
 Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> release,
                  TensorOptions options) {
   DType dtype = options.dtype.value_or(kFloat32);
-  size_t nbytes = checked_nbytes(shape, dtype, "from_blob");
+  size_t nbytes = detail::checked_nbytes(shape, dtype, "from_blob");
   RG_CHECK(data != nullptr || nbytes == 0, "from_blob", "expected a data pointer, got null for ",
            nbytes, " bytes");
   return over_storage(std::make_shared<Storage>(data, nbytes, options.device, std::move(release)),

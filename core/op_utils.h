@@ -38,6 +38,13 @@ inline void check_broadcasts_to(const Tensor& t, const Shape& shape, const char*
            " that broadcasts to ", shape_str(shape), ", got ", shape_str(t.shape()));
 }
 
+// Bytes of a contiguous tensor of this shape and dtype; negative sizes are an error.
+inline size_t checked_nbytes(const Shape& shape, DType dtype, const char* op) {
+  for (int64_t s : shape)
+    RG_CHECK(s >= 0, op, "expected non-negative sizes, got shape ", shape_str(shape));
+  return static_cast<size_t>(numel_of(shape)) * element_size(dtype);
+}
+
 inline TensorOptions options_of(const Tensor& t) {
   return {.dtype = t.dtype(), .device = t.device()};
 }

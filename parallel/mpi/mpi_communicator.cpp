@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "ringgrad/core/factory.h"
+#include "ringgrad/core/op_utils.h"
 #include "ringgrad/parallel/mpi/comm_thread.h"
 #include "ringgrad/parallel/mpi/shared_memory.h"
 
@@ -286,13 +287,8 @@ class MpiCommunicator : public Communicator {
 
   Tensor symmetric_empty(const Shape& shape, TensorOptions options) override {
     if (!options.device.is_cpu() || size_ == 1) return empty(shape, options);
-    int64_t numel = 1;
-    for (int64_t d : shape) {
-      RG_CHECK(d >= 0, "symmetric_empty", "expected non-negative sizes, got shape ",
-               shape_str(shape));
-      numel *= d;
-    }
-    size_t nbytes = static_cast<size_t>(numel) * element_size(options.dtype.value_or(kFloat32));
+    size_t nbytes =
+        detail::checked_nbytes(shape, options.dtype.value_or(kFloat32), "symmetric_empty");
     std::shared_ptr<mpi::SymmetricBuffer> buffer;
     MPI_Comm comm = thread_state_->comm();
     bool wanted = use_shared_memory_;  // every rank joins, wanted or not: a collective
