@@ -223,6 +223,25 @@ void for_cudnn_slices(int64_t outer, int64_t per_call, F&& f) {
     f(first, std::min(per_call, outer - first));
 }
 
+// Runs call(desc, offset, &one, &zero) for each slice of [0, outer) rows that one
+// cuDNN descriptor can take, desc describing the slice (in, out and gradients
+// share its layout) and offset its first element; under cuDNN's lock. alpha = 1,
+// beta = 0 (cuDNN takes them as double for double data, else float).
+template <typename T, typename F>
+void for_cudnn_softmax_slices(int64_t outer, int64_t r, int64_t inner, int64_t per_call, F&& call) {
+  const T one = 1, zero = 0;
+  std::lock_guard<std::mutex> lock(cudnn_mutex());
+  for_cudnn_slices(outer, per_call, [&](int64_t first, int64_t rows) {
+    TensorDesc desc;
+    describe_block<T>(desc, rows, r, inner);
+    call(desc.get(), first * r * inner, &one, &zero);
+  });
+}
+
+cudnnSoftmaxAlgorithm_t softmax_algorithm(bool log) {
+  return log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE;
+}
+
 }  // namespace
 
 void CudaBackend::softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
@@ -236,17 +255,13 @@ void CudaBackend::softmax(const TensorRef& in, const TensorRef& out, int64_t out
       RG_CUDA_CHECK_LAUNCH();
       return;
     }
-    // y = 1·softmax(x) + 0·y; cuDNN takes alpha and beta as double for double data, else float.
-    const T one = 1, zero = 0;
-    const cudnnSoftmaxAlgorithm_t algo = log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE;
-    std::lock_guard<std::mutex> lock(cudnn_mutex());
-    for_cudnn_slices(outer, per_call, [&](int64_t first, int64_t rows) {
-      TensorDesc desc;
-      describe_block<T>(desc, rows, r, inner);
-      const int64_t offset = first * r * inner;
-      RG_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_handle(), algo, CUDNN_SOFTMAX_MODE_CHANNEL, &one,
-                                         desc.get(), static_cast<const T*>(in.data) + offset, &zero,
-                                         desc.get(), static_cast<T*>(out.data) + offset));
+    // y = 1·softmax(x) + 0·y
+    for_cudnn_softmax_slices<T>(outer, r, inner, per_call, [&](auto desc, int64_t offset,
+                                                               const T* one, const T* zero) {
+      RG_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_handle(), softmax_algorithm(log),
+                                         CUDNN_SOFTMAX_MODE_CHANNEL, one, desc,
+                                         static_cast<const T*>(in.data) + offset, zero, desc,
+                                         static_cast<T*>(out.data) + offset));
     });
   });
 }
@@ -267,17 +282,13 @@ void CudaBackend::softmax_backward(const TensorRef& g, const TensorRef& y, const
       RG_CUDA_CHECK_LAUNCH();
       return;
     }
-    const T one = 1, zero = 0;
-    const cudnnSoftmaxAlgorithm_t algo = log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE;
-    std::lock_guard<std::mutex> lock(cudnn_mutex());
-    for_cudnn_slices(outer, per_call, [&](int64_t first, int64_t rows) {
-      TensorDesc desc;  // y, g and dx share one layout
-      describe_block<T>(desc, rows, r, inner);
-      const int64_t offset = first * r * inner;
-      RG_CUDNN_CHECK(cudnnSoftmaxBackward(cudnn_handle(), algo, CUDNN_SOFTMAX_MODE_CHANNEL, &one,
-                                          desc.get(), static_cast<const T*>(y.data) + offset,
-                                          desc.get(), static_cast<const T*>(g.data) + offset, &zero,
-                                          desc.get(), static_cast<T*>(out.data) + offset));
+    for_cudnn_softmax_slices<T>(outer, r, inner, per_call, [&](auto desc, int64_t offset,
+                                                               const T* one, const T* zero) {
+      RG_CUDNN_CHECK(cudnnSoftmaxBackward(cudnn_handle(), softmax_algorithm(log),
+                                          CUDNN_SOFTMAX_MODE_CHANNEL, one, desc,
+                                          static_cast<const T*>(y.data) + offset, desc,
+                                          static_cast<const T*>(g.data) + offset, zero, desc,
+                                          static_cast<T*>(out.data) + offset));
     });
   });
 }
