@@ -8,6 +8,8 @@
 //    has delivered, so its buffer holds its complete gradient.
 // 3. Unless retain_graph, each node drops its saved tensors right after it ran:
 //    activations are freed while backward is still going.
+// 4. Every gradient a node returns is checked against the shape, dtype and
+//    device its input had when the op was recorded (PyTorch's validate_outputs).
 // With tracing on (core/trace.h), the whole pass is one "backward" slice and
 // each node that runs is a slice inside it, named by its op ("matmul", …).
 #include <queue>
@@ -45,6 +47,17 @@ std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& r
     }
   }
   return deps;
+}
+
+// A node's gradient for input i must look like that input did when the op ran.
+void check_gradient(const Node& node, size_t i, const Tensor& g) {
+  const Edge& e = node.next[i];
+  RG_CHECK(g.shape() == e.shape, "backward", "'", node.name, "' returned a gradient of shape ",
+           shape_str(g.shape()), " for input ", i, " of shape ", shape_str(e.shape));
+  RG_CHECK(g.dtype() == e.dtype, "backward", "'", node.name, "' returned a gradient of dtype ",
+           g.dtype(), " for input ", i, " of dtype ", e.dtype);
+  RG_CHECK(g.device() == e.device, "backward", "'", node.name, "' returned a gradient on ",
+           g.device(), " for input ", i, " on ", e.device);
 }
 
 // Callbacks queued by hooks during the backward running on this thread.
@@ -114,6 +127,7 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
       const std::shared_ptr<Node>& next = node->next[i].node;
       if (!next) continue;
       if (i < grads.size() && grads[i].defined()) {
+        check_gradient(*node, i, grads[i]);
         Tensor& buf = buffers[next.get()];
         buf = buf.defined() ? add(buf, grads[i]) : std::move(grads[i]);
       }

@@ -67,16 +67,16 @@ Grads AccumulateGrad::apply(Tensor grad) {
 }
 
 Edge gradient_edge(const Tensor& t) {
-  if (!t.defined()) return {nullptr};  // an optional input that was not given (a bias)
+  if (!t.defined()) return {};  // an optional input that was not given (a bias)
   TensorImpl& impl = t.impl();
-  if (impl.grad_fn) return {impl.grad_fn};
-  if (!impl.requires_grad) return {nullptr};
+  if (impl.grad_fn) return {impl.grad_fn, t.shape(), t.dtype(), t.device()};
+  if (!impl.requires_grad) return {};
   std::shared_ptr<Node> acc = impl.grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
     impl.grad_accumulator = acc;
   }
-  return {acc};
+  return {acc, t.shape(), t.dtype(), t.device()};
 }
 
 void attach(Tensor& out, const char* name, const std::vector<const Tensor*>& inputs,

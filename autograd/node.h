@@ -20,8 +20,15 @@ using Grads = std::vector<Tensor>;  // one entry per input; undefined = no gradi
 
 struct Node;
 
+// An op's input, as the graph remembers it: where its gradient goes, and the
+// shape, dtype and device that gradient must have (the input's, recorded with
+// the op). The engine checks every gradient a node returns against them, so a
+// wrong backward is named where it happens, not three ops later.
 struct Edge {
   std::shared_ptr<Node> node;  // null: that input needs no gradient
+  Shape shape;
+  DType dtype = DType::Float32;
+  Device device;
 };
 
 struct Node {

@@ -14,7 +14,7 @@ foreach(dir ${RINGGRAD_MODULE_DIRS})
           FILES_MATCHING PATTERN "*.h" PATTERN "cpu" EXCLUDE PATTERN "cuda" EXCLUDE
           PATTERN "mpi" EXCLUDE)
 endforeach()
-install(FILES ${CMAKE_SOURCE_DIR}/core/ringgrad.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringgrad)
+install(FILES ${CMAKE_SOURCE_DIR}/ringgrad.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringgrad)
 
 set(RINGGRAD_CONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ringgrad)
 install(EXPORT ringgradTargets NAMESPACE ringgrad:: DESTINATION ${RINGGRAD_CONFIG_DIR})

@@ -46,6 +46,13 @@ void synchronize();
 // Let float32 matmuls use TF32 tensor cores (10-bit mantissa inputs, float32
 // accumulation): much faster, less exact. Off by default, as in PyTorch.
 void set_allow_tf32(bool allow);
+// Make GPU `index` current for the calling thread (cudaSetDevice), before any
+// CUDA work. The backend runs every op on one compute stream, created on the
+// device that is current when CUDA is first used, and allocates on the current
+// device, so each process of a multi-GPU job selects its own GPU first: World
+// does it, for cuda:<local rank>, when it is constructed (four ranks on a
+// four-GPU host use GPUs 0..3, not all GPU 0). Throws in a build without CUDA.
+void set_device(int index);
 }  // namespace cuda
 
 }  // namespace ringgrad

@@ -14,7 +14,6 @@
 #include <sstream>
 #include <string>
 
-#include "ringgrad/autograd/node.h"
 #include "ringgrad/core/ops.h"
 
 namespace ringgrad {
@@ -118,8 +117,8 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   else
     p.print(0, 0, 7);
   os << ", shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype() << ", device=" << t.device();
-  if (t.grad_fn())
-    os << ", grad_fn=" << t.grad_fn()->name;
+  if (!t.is_leaf())
+    os << ", grad_fn=" << t.grad_fn_name();
   else if (t.requires_grad())
     os << ", requires_grad=true";
   return os << ')';

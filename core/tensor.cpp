@@ -213,6 +213,8 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
   autograd::run_backward(*this, gradient, retain_graph);
 }
 
+std::string Tensor::grad_fn_name() const { return is_leaf() ? std::string() : grad_fn()->name; }
+
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = this->impl().storage;

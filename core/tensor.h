@@ -100,6 +100,9 @@ class Tensor {
   Tensor& requires_grad_(bool on = true);  // only on leaves
   bool is_leaf() const { return impl().grad_fn == nullptr; }
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
+  // The name of the op that made this tensor ("mul", "matmul"), or "" for a leaf:
+  // what printing shows as grad_fn=, without needing autograd's Node type.
+  std::string grad_fn_name() const;
   Tensor grad() const;             // undefined until a backward reaches this leaf
   void set_grad(const Tensor& g);  // replace (or clear, with an undefined tensor) the gradient
   // Backpropagate from this tensor. A non-scalar needs `gradient` (same shape).

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "ringgrad/core/cuda/current_device.h"
+#include "ringgrad/core/device.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/trace.h"
 #include "ringgrad/parallel/mpi_communicator.h"

@@ -2,6 +2,8 @@
 // detach and no-grad, post-accumulate hooks, and that graphs give memory back.
 #include <cmath>
 
+#include <ringgrad/autograd/function.h>
+
 #include "test_helpers.h"
 
 using test::check_close;
@@ -399,4 +401,32 @@ TEST_CASE("autograd: from_vector keeps its element type when options are given")
   rg::Tensor x = rg::from_vector<double>({1.0, 2.0}, {2}, {.requires_grad = true});
   CHECK(x.dtype() == rg::kFloat64);
   CHECK(x.requires_grad());
+}
+
+// An op whose backward is wrong: the engine names it, the input and both shapes
+// (or dtypes, or devices) instead of letting a later add() fail far away.
+TEST_CASE("autograd: a gradient of the wrong shape, dtype or device is named") {
+  rg::Tensor x = test::leaf_of({1, 2, 3, 4}, {4});
+  rg::Tensor w = test::leaf_of({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 4});
+  auto wrong_op = [](const char* name, const rg::Tensor& a, const rg::Tensor& b,
+                     std::function<rg::Tensor(const rg::Tensor&)> bad_grad_b) {
+    rg::Tensor out = a.detach() * b.detach();
+    rg::autograd::record(name, out, {&a, &b}, [a = a.detach(), b = b.detach(), bad_grad_b](
+                                                  const rg::Tensor& g) {
+      return rg::autograd::Grads{g * b, bad_grad_b(g * a)};
+    });
+    return out;
+  };
+  // input 1 has shape [4]; this backward returns the unreduced [3, 4]
+  rg::Tensor y = wrong_op("mul", w, x, [](const rg::Tensor& g) { return g; });
+  CHECK_CONTAINS(error_of([&] { y.sum().backward(); }),
+                 "[backward] 'mul' returned a gradient of shape [3, 4] for input 1 of shape [4]");
+  rg::Tensor y2 = wrong_op("bad_dtype", w, x,
+                           [](const rg::Tensor& g) { return g.sum(0).to(rg::kFloat32); });
+  CHECK_CONTAINS(error_of([&] { y2.sum().backward(); }),
+                 "'bad_dtype' returned a gradient of dtype float32 for input 1 of dtype float64");
+  // the same op with a correct backward passes the check
+  rg::Tensor y3 = wrong_op("good", w, x, [](const rg::Tensor& g) { return g.sum(0); });
+  y3.sum().backward();
+  check_close(x.grad(), {15, 18, 21, 24}, 1e-12);
 }

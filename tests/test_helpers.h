@@ -158,6 +158,13 @@ inline void grad_ok(const std::string& label, const Fn& f, const std::vector<rg:
     CHECK_MESSAGE(check_shape_got_ == rg::Shape(__VA_ARGS__),                       \
                   "shape is " << rg::shape_str(check_shape_got_));                  \
   } while (0)
-#define CHECK_CONTAINS(text, part)                                          \
-  CHECK_MESSAGE(::test::contains((text), (part)),                          \
-                "message \"" << (text) << "\" does not contain \"" << (part) << "\"")
+// Evaluates `text` once: it is often an error_of(...) call, which must not run
+// again (and could not, from inside doctest's reporter) to print a failure.
+#define CHECK_CONTAINS(text, part)                                                       \
+  do {                                                                                   \
+    const std::string check_contains_text_ = (text);                                     \
+    const std::string check_contains_part_ = (part);                                     \
+    CHECK_MESSAGE(::test::contains(check_contains_text_, check_contains_part_),          \
+                  "message \"" << check_contains_text_ << "\" does not contain \""         \
+                                << check_contains_part_ << "\"");                        \
+  } while (0)

@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "ringgrad/core/cuda/cuda_backend.h"
-#include "ringgrad/core/cuda/current_device.h"
 #include "ringgrad/core/cuda/pinned.h"
 
 namespace ringgrad {
@@ -359,7 +358,7 @@ std::mutex& cudnn_mutex() {
   return m;
 }
 
-// Before compute_stream() first runs (see current_device.h): the stream and
+// Before compute_stream() first runs (see cuda::set_device in core/device.h): the stream and
 // the memory belong to whichever device is current then.
 void set_device(int index) { RG_CUDA_CHECK(cudaSetDevice(index)); }
 

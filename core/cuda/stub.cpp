@@ -5,7 +5,6 @@
 // Pinned host memory is only worth having for copies to a GPU: here there is
 // none to give, and callers (DataLoader's pin_memory) keep ordinary memory.
 #include "ringgrad/core/backend.h"
-#include "ringgrad/core/cuda/current_device.h"
 #include "ringgrad/core/cuda/pinned.h"
 
 namespace ringgrad {

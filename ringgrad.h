@@ -1,4 +1,4 @@
-// ringgrad.h — everything a user needs, in one include.
+// ringgrad.h — everything a user needs, in one include (the one file above every layer).
 //
 //   #include <ringgrad/ringgrad.h>
 //   namespace rg = ringgrad;
