@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compare.sh NAME UNIT — ringgrad vs PyTorch on one benchmark, at 1 and 2 threads, in
 # one go; each side's best thread setting counts. Runs build/bin/bench_NAME and
-# bench/torch_NAME.py (Debian's python3-torch), reads UNIT_per_s from their RESULT lines.
+# bench/torch_<name>.py (Debian's python3-torch), reads UNIT_per_s from their RESULT lines.
 #   bench/compare.sh mlp samples        (what bench/compare_mlp.sh runs)
 # Ends with: RESULT bench=NAME ours_UNIT_per_s=… torch_UNIT_per_s=… ratio=…
 set -euo pipefail

@@ -103,7 +103,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
 // ---- fused optimizer updates (what optim/ runs; no autograd) ----
-// One Adam/AdamW step (PyTorch's formulas; see optim/adam.h), hyperparameters for
+// One Adam/AdamW step (PyTorch's formulas; see optim/optimizer.h), hyperparameters for
 // the kernel. decoupled: AdamW's p -= lr·wd·p; otherwise Adam's g += wd·p.
 struct AdamStep {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;

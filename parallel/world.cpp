@@ -25,7 +25,7 @@
 #include "ringgrad/core/device.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/trace.h"
-#include "ringgrad/parallel/mpi_communicator.h"
+#include "ringgrad/parallel/mpi/mpi_communicator.h"
 #include "ringgrad/parallel/nccl/nccl_communicator.h"
 
 namespace ringgrad::parallel {

@@ -1,4 +1,4 @@
-// cuda_backend.cuh — the CUDA implementation of Backend (internal).
+// cuda_backend.h — the CUDA implementation of Backend (internal).
 //
 // Grid-stride kernels over strided views (common.cuh) for elementwise work,
 // one thread per output row for reductions, cuBLAS for GEMM, cuDNN for softmax,

@@ -1,6 +1,6 @@
-// reduce.cu — CUDA reductions, softmax and cross-entropy over [outer, r, inner] blocks.
+// reduce.cu — CUDA reductions and softmax over [outer, r, inner] blocks (cross-entropy: loss.cu).
 //
-// Reductions and cross-entropy: one thread per output element walks its r inputs
+// Reductions: one thread per output element walks its r inputs
 // (stride `inner`): simple and exact, and enough for the row sizes of the
 // examples (class counts, sequence lengths). A block-cooperative version for very
 // long rows is the obvious next step once a GPU can measure it.
@@ -123,38 +123,6 @@ __global__ void softmax_backward_kernel(const T* g, const T* y, T* dx, int64_t o
       int64_t i = base + k * inner;
       dx[i] = log_form ? g[i] - std::exp(y[i]) * s : y[i] * (g[i] - s);
     }
-  }
-}
-
-template <typename T>
-__global__ void cross_entropy_kernel(const T* logits, const int64_t* target, T* loss, T* lse,
-                                     int64_t n, int64_t c, T eps, int64_t ignore_index) {
-  RG_GRID_LOOP(i, n) {
-    const T* x = logits + i * c;
-    T m = -INFINITY;
-    for (int64_t j = 0; j < c; ++j) m = math::maximum(m, x[j]);
-    T sum = 0, total = 0;
-    for (int64_t j = 0; j < c; ++j) sum += std::exp(x[j] - m), total += x[j];
-    lse[i] = m + std::log(sum);
-    loss[i] = target[i] == ignore_index
-                  ? T(0)
-                  : lse[i] - (T(1) - eps) * x[target[i]] - eps * total / static_cast<T>(c);
-  }
-}
-
-template <typename T>
-__global__ void cross_entropy_backward_kernel(const T* g, const T* logits, const int64_t* target,
-                                              const T* lse, T* dx, int64_t n, int64_t c, T eps,
-                                              int64_t ignore_index) {
-  RG_GRID_LOOP(ij, n * c) {
-    int64_t i = ij / c, j = ij % c;
-    if (target[i] == ignore_index) {
-      dx[ij] = 0;
-      continue;
-    }
-    T p = std::exp(logits[ij] - lse[i]);
-    T want = (j == target[i] ? T(1) - eps : T(0)) + eps / static_cast<T>(c);
-    dx[ij] = g[i] * (p - want);
   }
 }
 
@@ -291,34 +259,6 @@ void CudaBackend::softmax_backward(const TensorRef& g, const TensorRef& y, const
                                           static_cast<T*>(out.data) + offset));
     });
   });
-}
-
-void CudaBackend::cross_entropy(const TensorRef& logits, const TensorRef& target,
-                                const TensorRef& loss, const TensorRef& lse, int64_t n, int64_t c,
-                                double smoothing, int64_t ignore_index) {
-  check_indices_on_host(target, n, c, "cross_entropy", /*allow_negative=*/false, ignore_index);
-  if (n == 0) return;
-  dispatch_floating(logits.dtype, "cross_entropy", [&]<typename T>() {
-    cross_entropy_kernel<T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
-        static_cast<const T*>(logits.data), static_cast<const int64_t*>(target.data),
-        static_cast<T*>(loss.data), static_cast<T*>(lse.data), n, c, static_cast<T>(smoothing),
-        ignore_index);
-  });
-  RG_CUDA_CHECK_LAUNCH();
-}
-
-void CudaBackend::cross_entropy_backward(const TensorRef& grad_loss, const TensorRef& logits,
-                                         const TensorRef& target, const TensorRef& lse,
-                                         const TensorRef& grad_logits, int64_t n, int64_t c,
-                                         double smoothing, int64_t ignore_index) {
-  if (n * c == 0) return;
-  dispatch_floating(logits.dtype, "cross_entropy_backward", [&]<typename T>() {
-    cross_entropy_backward_kernel<T><<<blocks_for(n * c), kBlock, 0, compute_stream()>>>(
-        static_cast<const T*>(grad_loss.data), static_cast<const T*>(logits.data),
-        static_cast<const int64_t*>(target.data), static_cast<const T*>(lse.data),
-        static_cast<T*>(grad_logits.data), n, c, static_cast<T>(smoothing), ignore_index);
-  });
-  RG_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ringgrad::cuda

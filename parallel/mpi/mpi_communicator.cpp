@@ -6,7 +6,7 @@
 // use, so memory stays alive until MPI is done with it. MPI failures come back
 // from wait() as ringgrad::Error naming the MPI call: MPI_ERRORS_RETURN makes
 // MPI return error codes instead of killing the process.
-#include "ringgrad/parallel/mpi_communicator.h"
+#include "ringgrad/parallel/mpi/mpi_communicator.h"
 
 #include <climits>
 #include <cstdio>

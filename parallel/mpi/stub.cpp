@@ -3,7 +3,7 @@
 // Linked instead of parallel/mpi/*.cpp when CMake found no MPI (or
 // RINGGRAD_MPI=OFF). A program started plainly is a world of one and never
 // gets here; one started by mpirun does, and is told why it cannot join.
-#include "ringgrad/parallel/mpi_communicator.h"
+#include "ringgrad/parallel/mpi/mpi_communicator.h"
 
 namespace ringgrad::parallel {
 

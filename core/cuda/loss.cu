@@ -1,0 +1,76 @@
+// loss.cu — cross-entropy on the GPU (core/cpu/loss.cpp on the CPU).
+//
+// Forward: one thread per row of logits computes its log-sum-exp (kept for
+// backward) and the loss, with label smoothing and ignore_index. Backward: one
+// thread per logit, dx = g·(softmax − target distribution). Target indices are
+// checked on the host first (a kernel cannot throw).
+#include <cmath>
+
+#include "ringgrad/core/cuda/cuda_backend.h"
+
+namespace ringgrad::cuda {
+namespace {
+
+template <typename T>
+__global__ void cross_entropy_kernel(const T* logits, const int64_t* target, T* loss, T* lse,
+                                     int64_t n, int64_t c, T eps, int64_t ignore_index) {
+  RG_GRID_LOOP(i, n) {
+    const T* x = logits + i * c;
+    T m = -INFINITY;
+    for (int64_t j = 0; j < c; ++j) m = math::maximum(m, x[j]);
+    T sum = 0, total = 0;
+    for (int64_t j = 0; j < c; ++j) sum += std::exp(x[j] - m), total += x[j];
+    lse[i] = m + std::log(sum);
+    loss[i] = target[i] == ignore_index
+                  ? T(0)
+                  : lse[i] - (T(1) - eps) * x[target[i]] - eps * total / static_cast<T>(c);
+  }
+}
+
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const T* g, const T* logits, const int64_t* target,
+                                              const T* lse, T* dx, int64_t n, int64_t c, T eps,
+                                              int64_t ignore_index) {
+  RG_GRID_LOOP(ij, n * c) {
+    int64_t i = ij / c, j = ij % c;
+    if (target[i] == ignore_index) {
+      dx[ij] = 0;
+      continue;
+    }
+    T p = std::exp(logits[ij] - lse[i]);
+    T want = (j == target[i] ? T(1) - eps : T(0)) + eps / static_cast<T>(c);
+    dx[ij] = g[i] * (p - want);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::cross_entropy(const TensorRef& logits, const TensorRef& target,
+                                const TensorRef& loss, const TensorRef& lse, int64_t n, int64_t c,
+                                double smoothing, int64_t ignore_index) {
+  check_indices_on_host(target, n, c, "cross_entropy", /*allow_negative=*/false, ignore_index);
+  if (n == 0) return;
+  dispatch_floating(logits.dtype, "cross_entropy", [&]<typename T>() {
+    cross_entropy_kernel<T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
+        static_cast<const T*>(logits.data), static_cast<const int64_t*>(target.data),
+        static_cast<T*>(loss.data), static_cast<T*>(lse.data), n, c, static_cast<T>(smoothing),
+        ignore_index);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::cross_entropy_backward(const TensorRef& grad_loss, const TensorRef& logits,
+                                         const TensorRef& target, const TensorRef& lse,
+                                         const TensorRef& grad_logits, int64_t n, int64_t c,
+                                         double smoothing, int64_t ignore_index) {
+  if (n * c == 0) return;
+  dispatch_floating(logits.dtype, "cross_entropy_backward", [&]<typename T>() {
+    cross_entropy_backward_kernel<T><<<blocks_for(n * c), kBlock, 0, compute_stream()>>>(
+        static_cast<const T*>(grad_loss.data), static_cast<const T*>(logits.data),
+        static_cast<const int64_t*>(target.data), static_cast<const T*>(lse.data),
+        static_cast<T*>(grad_logits.data), n, c, static_cast<T>(smoothing), ignore_index);
+  });
+  RG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ringgrad::cuda

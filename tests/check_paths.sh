@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# check_paths.sh — every repository path the docs name must exist.
+#
+#   tests/check_paths.sh [SOURCE_DIR]     (default: this checkout; ctest runs it as `doc_paths`)
+#
+# Checks two kinds of mention, and prints each one that names nothing:
+#   - in every README and .md file, a word in `backticks` that is a path under one of the
+#     top folders (core/, autograd/, …; `<ringgrad/core/tensor.h>` counts as core/tensor.h);
+#   - in the comments of every source file (C++/CUDA `//`, shell and CMake `#`), the same.
+# A path may be relative to the repository root or to the file's own folder. Patterns
+# (`core/ops_*.cpp`) and placeholders (`<dir>`) are not paths and are skipped.
+set -euo pipefail
+root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root"
+
+tops='core|autograd|data|nn|optim|parallel|examples|bench|tests|scripts|cmake'
+bad=0
+
+# check FILE WORD: WORD, stripped of quotes, brackets and trailing punctuation, is a path
+# under one of the top folders that exists (from the root or from FILE's folder)?
+check() {
+  local file=$1 word=$2
+  word=${word#[<\"(\']}
+  word=${word%%[>\"\')]*}
+  word=${word%%[,.:;]}
+  word=${word%%[,.:;]}
+  word=${word#ringgrad/}
+  [[ $word =~ ^($tops)/[A-Za-z0-9_./-]*$ ]] || return 0
+  [ -e "$word" ] || [ -e "$(dirname "$file")/$word" ] && return 0
+  echo "PATH: $file names \`$word\`, which does not exist"
+  bad=1
+}
+
+for file in $(find . -name '*.md' -not -path './build*' -not -path './.git/*' | sort); do
+  file=${file#./}
+  while read -r span; do
+    for word in $span; do check "$file" "$word"; done
+  done < <(grep -oE '`[^`]+`' "$file" | tr -d '`')
+done
+
+present=$(for p in $(echo "$tops" | tr '|' ' ') ringgrad.h CMakeLists.txt; do
+             if [ -e "$p" ]; then echo "$p"; fi
+           done)
+sources=$(find $present -type f \
+            \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.sh' \
+               -o -name '*.cmake' -o -name 'CMakeLists.txt' -o -perm -u+x \) |
+          grep -v '^build' | sort -u)
+for file in $sources; do
+  case "$file" in
+    *.h | *.cpp | *.cu | *.cuh) comments=$(grep -oE '//.*' "$file" || true) ;;
+    *) comments=$(grep -oE '#.*' "$file" || true) ;;
+  esac
+  [ -z "$comments" ] && continue
+  for word in $(echo "$comments" |
+                grep -oE "(^|[^A-Za-z0-9_/.<-])<?(ringgrad/)?($tops)/[A-Za-z0-9_./*<>-]*" |
+                sed -E 's/^[^A-Za-z<]//'); do
+    case "$word" in *'*'* | *'<'*'>'*) continue ;; esac
+    check "$file" "$word"
+  done
+done
+
+if [ $bad -ne 0 ]; then
+  echo "doc_paths: FAILED (fix the path, or the file it names)"
+  exit 1
+fi
+echo "doc_paths: ok (every path named in a README or a source comment exists)"
