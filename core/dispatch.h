@@ -18,20 +18,12 @@ namespace ringgrad {
 // f.template operator()<T>() for T = the C++ type of dtype t.
 template <typename F>
 void dispatch_all(DType t, F&& f) {
-  switch (t) {
-    case DType::Float32:
-      f.template operator()<float>();
-      return;
-    case DType::Float64:
-      f.template operator()<double>();
-      return;
-    case DType::Int64:
-      f.template operator()<int64_t>();
-      return;
-    case DType::Bool:
-      f.template operator()<bool>();
-      return;
-  }
+#define RG_DISPATCH_CASE(e, T, name, floating) \
+  case DType::e:                               \
+    f.template operator()<T>();                \
+    return;
+  switch (t) { RG_DTYPES(RG_DISPATCH_CASE) }
+#undef RG_DISPATCH_CASE
 }
 
 // The same for float32/float64 only; other dtypes throw "[op] expected a floating dtype…".

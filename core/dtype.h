@@ -3,6 +3,12 @@
 // float32 is the default everywhere; float64 exists for gradient checks and
 // numerically careful code; int64 holds indices and labels; bool holds masks
 // and the results of comparisons.
+//
+// Every dtype is one line of RG_DTYPES below; everything else here (the enum,
+// names, sizes, dtype_of<T>, dispatch in core/dispatch.h) is generated from it.
+// A library that stores or moves tensors maps dtypes to its own types with one
+// DTypeTable (core/dtype_table.h): adding a dtype is one line here plus one
+// entry in each table where the library has that type.
 #pragma once
 
 #include <cstddef>
@@ -11,63 +17,50 @@
 
 namespace ringgrad {
 
-enum class DType : uint8_t { Float32, Float64, Int64, Bool };
+// X(enumerator, C++ type, name, floating)
+#define RG_DTYPES(X)                    \
+  X(Float32, float, "float32", true)    \
+  X(Float64, double, "float64", true)   \
+  X(Int64, int64_t, "int64", false)     \
+  X(Bool, bool, "bool", false)
+
+#define RG_DTYPE_ENUMERATOR(e, T, name, floating) e,
+enum class DType : uint8_t { RG_DTYPES(RG_DTYPE_ENUMERATOR) };
+#undef RG_DTYPE_ENUMERATOR
 
 inline constexpr DType kFloat32 = DType::Float32;
 inline constexpr DType kFloat64 = DType::Float64;
 inline constexpr DType kInt64 = DType::Int64;
 inline constexpr DType kBool = DType::Bool;
 
-constexpr size_t element_size(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return 4;
-    case DType::Float64:
-      return 8;
-    case DType::Int64:
-      return 8;
-    case DType::Bool:
-      return 1;
-  }
-  return 0;
-}
+// What the framework knows of each dtype, indexed by the enum's value.
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;  // bytes per element
+  bool floating;
+};
+#define RG_DTYPE_INFO(e, T, name, floating) DTypeInfo{DType::e, name, sizeof(T), floating},
+inline constexpr DTypeInfo kDTypeInfo[] = {RG_DTYPES(RG_DTYPE_INFO)};
+#undef RG_DTYPE_INFO
+inline constexpr size_t kNumDTypes = sizeof(kDTypeInfo) / sizeof(kDTypeInfo[0]);
 
-constexpr bool is_floating(DType t) { return t == DType::Float32 || t == DType::Float64; }
-
-constexpr const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return "float32";
-    case DType::Float64:
-      return "float64";
-    case DType::Int64:
-      return "int64";
-    case DType::Bool:
-      return "bool";
-  }
-  return "?";
-}
+constexpr const DTypeInfo& dtype_info(DType t) { return kDTypeInfo[static_cast<size_t>(t)]; }
+constexpr size_t element_size(DType t) { return dtype_info(t).size; }
+constexpr bool is_floating(DType t) { return dtype_info(t).floating; }
+constexpr const char* dtype_name(DType t) { return dtype_info(t).name; }
 
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
-// The C++ type behind each dtype, and back.
+// The C++ type behind each dtype, and back: dtype_of<float>::value == kFloat32.
 template <typename T>
 struct dtype_of;
-template <>
-struct dtype_of<float> {
-  static constexpr DType value = DType::Float32;
-};
-template <>
-struct dtype_of<double> {
-  static constexpr DType value = DType::Float64;
-};
-template <>
-struct dtype_of<int64_t> {
-  static constexpr DType value = DType::Int64;
-};
-template <>
-struct dtype_of<bool> {
-  static constexpr DType value = DType::Bool;
-};
+#define RG_DTYPE_OF(e, T, name, floating) \
+  template <>                             \
+  struct dtype_of<T> {                    \
+    static constexpr DType value = DType::e; \
+  };
+RG_DTYPES(RG_DTYPE_OF)
+#undef RG_DTYPE_OF
 
 }  // namespace ringgrad

@@ -31,6 +31,7 @@
 #include <optional>
 #include <set>
 
+#include "ringgrad/core/dtype_table.h"
 #include "ringgrad/core/factory.h"
 
 namespace ringgrad {
@@ -56,26 +57,11 @@ using File = std::unique_ptr<FILE, FileCloser>;
 
 // ---------------------------------------------------------------- dtypes
 
-const char* safetensors_dtype(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return "F32";
-    case DType::Float64:
-      return "F64";
-    case DType::Int64:
-      return "I64";
-    case DType::Bool:
-      return "BOOL";
-  }
-  return "?";
-}
-
-std::optional<DType> parse_dtype(const std::string& s) {
-  if (s == "F32") return kFloat32;
-  if (s == "F64") return kFloat64;
-  if (s == "I64") return kInt64;
-  if (s == "BOOL") return kBool;
-  return std::nullopt;
+// The format's name for each dtype ringgrad has (all of them, today).
+const DTypeTable<std::string>& safetensors_types() {
+  static const DTypeTable<std::string> table(
+      "safetensors", {{kFloat32, "F32"}, {kFloat64, "F64"}, {kInt64, "I64"}, {kBool, "BOOL"}});
+  return table;
 }
 
 // Dtypes the format defines but ringgrad has no tensor type for.
@@ -117,7 +103,7 @@ std::string build_header(const NamedTensors& tensors,
     Tensor host = t.detach().to(kCPU).contiguous();
     uint64_t nbytes = host.nbytes();
     Json entry = Json::object();
-    entry["dtype"] = safetensors_dtype(host.dtype());
+    entry["dtype"] = safetensors_types()(host.dtype());
     entry["shape"] = host.shape();
     entry["data_offsets"] = Json::array({offset, offset + nbytes});
     header[name] = std::move(entry);
@@ -256,7 +242,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   const Json& dtype = value["dtype"];
   if (!dtype.is_string()) bad_file(path, who, "expected dtype to be a string, got ", dtype.dump());
   const std::string dtype_text = dtype.get<std::string>();
-  std::optional<DType> parsed = parse_dtype(dtype_text);
+  std::optional<DType> parsed = safetensors_types().find(dtype_text);
   if (!parsed && is_other_safetensors_dtype(dtype_text))
     bad_file(path, who, "dtype ", dtype_text, " is not supported (expected F32, F64, I64 or BOOL)");
   if (!parsed)

@@ -1,6 +1,11 @@
-// communicator.cpp — the world of one: a Communicator with a single rank.
+// communicator.cpp — the contract every Communicator keeps, checked once; and
+// the world of one.
 //
-// A program started without mpirun runs with this backend, so the same training
+// The public collectives check their arguments here and call the backend's
+// do_* method: a backend never repeats these checks, and a new one (a process
+// group, say) gets them for free.
+//
+// The world of one: a program started without mpirun runs with this backend, so the same training
 // code works alone and in a group. Every collective over one rank is the
 // identity: the sum (or average, or max) of one tensor is that tensor, a
 // broadcast from rank 0 to rank 0 moves nothing. The Work handles it returns
@@ -8,9 +13,82 @@
 // and recv are errors rather than silent no-ops (a recv could never be matched).
 #include "ringgrad/parallel/communicator.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
 #include "ringgrad/core/factory.h"
 
 namespace ringgrad::parallel {
+
+// ---- the contract ----
+
+void Communicator::check(const Tensor& t, const char* op) const {
+  RG_CHECK(t.defined(), op, "expected a defined tensor, got an undefined one");
+  check_tensor(t, op);
+}
+
+void Communicator::check_rank(int r, const char* op, const char* what) const {
+  RG_CHECK(r >= 0 && r < size(), op, "expected ", what, " in [0, ", size(), "), got ", r);
+}
+
+// An integer average would have to round: refused on every backend alike, so a
+// program that works alone also works under mpirun.
+static void check_reduce(const Tensor& t, Reduce op, const char* name) {
+  RG_CHECK(op != Reduce::Avg || is_floating(t.dtype()), name,
+           "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
+}
+
+WorkHandle Communicator::all_reduce_async(Tensor& t, Reduce op) {
+  check(t, "all_reduce");
+  check_reduce(t, op, "all_reduce");
+  return do_all_reduce_async(t, op);
+}
+
+WorkHandle Communicator::broadcast_async(Tensor& t, int root) {
+  check(t, "broadcast");
+  check_rank(root, "broadcast", "root");
+  return do_broadcast_async(t, root);
+}
+
+Tensor Communicator::all_gather(const Tensor& t) {
+  check(t, "all_gather");
+  return do_all_gather(t);
+}
+
+Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
+  check(t, "reduce_scatter");
+  check_reduce(t, op, "reduce_scatter");
+  RG_CHECK(t.dim() >= 1 && t.size(0) % size() == 0, "reduce_scatter",
+           "expected dim 0 divisible by the world size ", size(), ", got shape ", t.shape());
+  return do_reduce_scatter(t, op);
+}
+
+WorkHandle Communicator::send_async(const Tensor& t, int dst, int tag) {
+  check(t, "send");
+  check_rank(dst, "send", "dst");
+  RG_CHECK(tag >= 0, "send", "expected a tag >= 0, got ", tag);
+  return do_send_async(t, dst, tag);
+}
+
+WorkHandle Communicator::recv_async(Tensor& t, int src, int tag) {
+  check(t, "recv");
+  check_rank(src, "recv", "src");
+  RG_CHECK(tag >= 0, "recv", "expected a tag >= 0, got ", tag);
+  return do_recv_async(t, src, tag);
+}
+
+double comm_timeout_seconds() {
+  const char* text = std::getenv("RINGGRAD_COMM_TIMEOUT_S");
+  if (!text) return 300.0;
+  errno = 0;
+  char* end = nullptr;
+  double seconds = std::strtod(text, &end);
+  RG_CHECK(end != text && *end == '\0' && errno == 0 && std::isfinite(seconds) && seconds >= 0,
+           "RINGGRAD_COMM_TIMEOUT_S",
+           "expected a number of seconds >= 0 (0: wait without a limit), got '", text, "'");
+  return seconds;
+}
 
 // Backends without memory their peers can reach: ordinary memory.
 Tensor Communicator::symmetric_empty(const Shape& shape, TensorOptions options) {
@@ -28,56 +106,27 @@ class CompletedWork : public Work {
 
 WorkHandle completed() { return std::make_shared<CompletedWork>(); }
 
+// Checks nothing itself: the contract (above) is the same as on a real world.
 class SingleCommunicator : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend_name() const override { return "single"; }
-
-  WorkHandle all_reduce_async(Tensor& t, Reduce op) override {
-    check_defined(t, "all_reduce");
-    // An integer average would round in the MPI backend: refuse it here too,
-    // so a program that works alone also works under mpirun.
-    RG_CHECK(op != Reduce::Avg || is_floating(t.dtype()), "all_reduce",
-             "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
-    return completed();
-  }
-
-  WorkHandle broadcast_async(Tensor& t, int root) override {
-    check_defined(t, "broadcast");
-    RG_CHECK(root == 0, "broadcast", "expected root in [0, 1), got ", root);
-    return completed();
-  }
-
-  // (size=1, *t.shape): a copy, as on a real world, so writing into the
-  // result never changes t.
-  Tensor all_gather(const Tensor& t) override {
-    check_defined(t, "all_gather");
-    return t.clone().unsqueeze(0);
-  }
-
-  Tensor reduce_scatter(const Tensor& t, Reduce op) override {
-    check_defined(t, "reduce_scatter");
-    RG_CHECK(t.dim() >= 1, "reduce_scatter", "expected a tensor with at least one dim, got ",
-             t.describe());
-    RG_CHECK(op != Reduce::Avg || is_floating(t.dtype()), "reduce_scatter",
-             "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
-    return t.clone();
-  }
-
-  WorkHandle send_async(const Tensor&, int, int) override {
-    fail("send", "expected a peer rank, got a world of one");
-  }
-  WorkHandle recv_async(Tensor&, int, int) override {
-    fail("recv", "expected a peer rank, got a world of one");
-  }
-
   void barrier() override {}
   void abort(int) override {}  // nobody else to stop
 
- private:
-  static void check_defined(const Tensor& t, const char* op) {
-    RG_CHECK(t.defined(), op, "expected a defined tensor, got an undefined one");
+ protected:
+  WorkHandle do_all_reduce_async(Tensor&, Reduce) override { return completed(); }
+  WorkHandle do_broadcast_async(Tensor&, int) override { return completed(); }
+  // (size=1, *t.shape): a copy, as on a real world, so writing into the
+  // result never changes t.
+  Tensor do_all_gather(const Tensor& t) override { return t.clone().unsqueeze(0); }
+  Tensor do_reduce_scatter(const Tensor& t, Reduce) override { return t.clone(); }
+  WorkHandle do_send_async(const Tensor&, int, int) override {
+    fail("send", "expected a peer rank, got a world of one");
+  }
+  WorkHandle do_recv_async(Tensor&, int, int) override {
+    fail("recv", "expected a peer rank, got a world of one");
   }
 };
 

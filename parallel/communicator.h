@@ -4,7 +4,7 @@
 //   rg::parallel::Communicator& comm = world.communicator();
 //   comm.all_reduce(grad, rg::parallel::Reduce::Avg);  // every rank now holds the average
 //
-// One interface, several backends (DESIGN.md): MPI for CPU tensors, NCCL for
+// One interface, several backends: MPI for CPU tensors, NCCL for
 // CUDA tensors (parallel/nccl/), and a world of one where every collective is
 // the identity. Everything above — DDP, ring attention — is written against
 // this interface only. Operations on one communicator run in the order they
@@ -30,6 +30,13 @@ class Work {
 };
 using WorkHandle = std::shared_ptr<Work>;
 
+// The contract every backend keeps, checked here once for all of them: the
+// public collectives are not virtual. Each checks its arguments (a defined
+// tensor the backend can move, ranks in [0, size), tag >= 0, Reduce::Avg only
+// on floating tensors, reduce_scatter's dim 0 divisible by size) and then calls
+// the backend's protected do_* method, which may assume them — the rule core/
+// follows too ("ops check, backends compute", core/backend.h). A backend adds
+// only its own check_tensor (which tensors it moves: CPU for MPI, its GPU for NCCL).
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -40,18 +47,18 @@ class Communicator {
   virtual std::string backend_name() const = 0;
 
   // In place: afterwards every rank's t holds the reduction over all ranks' t.
-  virtual WorkHandle all_reduce_async(Tensor& t, Reduce op = Reduce::Sum) = 0;
+  WorkHandle all_reduce_async(Tensor& t, Reduce op = Reduce::Sum);
   void all_reduce(Tensor& t, Reduce op = Reduce::Sum) { all_reduce_async(t, op)->wait(); }
   // In place: every rank's t becomes root's t.
-  virtual WorkHandle broadcast_async(Tensor& t, int root) = 0;
+  WorkHandle broadcast_async(Tensor& t, int root);
   void broadcast(Tensor& t, int root = 0) { broadcast_async(t, root)->wait(); }
   // Every rank's t, stacked: result (size, *t.shape) in rank order.
-  virtual Tensor all_gather(const Tensor& t) = 0;
+  Tensor all_gather(const Tensor& t);
   // t (size·k, …) reduced over ranks; rank r keeps rows [r·k, (r+1)·k).
-  virtual Tensor reduce_scatter(const Tensor& t, Reduce op = Reduce::Sum) = 0;
+  Tensor reduce_scatter(const Tensor& t, Reduce op = Reduce::Sum);
   // Point to point (contiguous tensors; shapes and dtypes must match on both sides).
-  virtual WorkHandle send_async(const Tensor& t, int dst, int tag = 0) = 0;
-  virtual WorkHandle recv_async(Tensor& t, int src, int tag = 0) = 0;
+  WorkHandle send_async(const Tensor& t, int dst, int tag = 0);
+  WorkHandle recv_async(Tensor& t, int src, int tag = 0);
   void send(const Tensor& t, int dst, int tag = 0) { send_async(t, dst, tag)->wait(); }
   void recv(Tensor& t, int src, int tag = 0) { recv_async(t, src, tag)->wait(); }
   virtual void barrier() = 0;
@@ -67,7 +74,30 @@ class Communicator {
   // one, so that no rank waits forever for a peer that is gone. A world of one
   // has nobody to stop and returns; the caller then returns its error code.
   virtual void abort(int code) = 0;
+
+ protected:
+  // The backend's own condition on a tensor, after the shared ones (defined):
+  // its device, or a size its library cannot count. Throws ringgrad::Error.
+  virtual void check_tensor(const Tensor& t, const char* op) const {}
+
+  // The backend's collectives, called with arguments already checked.
+  virtual WorkHandle do_all_reduce_async(Tensor& t, Reduce op) = 0;
+  virtual WorkHandle do_broadcast_async(Tensor& t, int root) = 0;
+  virtual Tensor do_all_gather(const Tensor& t) = 0;
+  virtual Tensor do_reduce_scatter(const Tensor& t, Reduce op) = 0;
+  virtual WorkHandle do_send_async(const Tensor& t, int dst, int tag) = 0;
+  virtual WorkHandle do_recv_async(Tensor& t, int src, int tag) = 0;
+
+ private:
+  void check(const Tensor& t, const char* op) const;
+  void check_rank(int r, const char* op, const char* what) const;
 };
+
+// RINGGRAD_COMM_TIMEOUT_S: seconds a rank waits for a collective before it
+// ends the job naming itself (default 300; 0: wait forever). Read by every
+// backend through this one function; a value that is not a number >= 0 is an
+// error naming the variable and the value.
+double comm_timeout_seconds();
 
 // A world of one: every collective leaves its tensor as it is.
 std::unique_ptr<Communicator> make_single_communicator();

@@ -60,22 +60,6 @@ class DeviceRouter : public Communicator {
   int size() const override { return host_.size(); }
   std::string backend_name() const override { return "nccl+" + host_.backend_name(); }
 
-  WorkHandle all_reduce_async(Tensor& t, Reduce op) override {
-    return route(t).all_reduce_async(t, op);
-  }
-  WorkHandle broadcast_async(Tensor& t, int root) override {
-    return route(t).broadcast_async(t, root);
-  }
-  Tensor all_gather(const Tensor& t) override { return route(t).all_gather(t); }
-  Tensor reduce_scatter(const Tensor& t, Reduce op) override {
-    return route(t).reduce_scatter(t, op);
-  }
-  WorkHandle send_async(const Tensor& t, int dst, int tag) override {
-    return route(t).send_async(t, dst, tag);
-  }
-  WorkHandle recv_async(Tensor& t, int src, int tag) override {
-    return route(t).recv_async(t, src, tag);
-  }
   // GPU memory is NCCL's, and NCCL reads ordinary device memory: only host
   // tensors may go to the host communicator's symmetric memory.
   Tensor symmetric_empty(const Shape& shape, TensorOptions options) override {
@@ -93,6 +77,26 @@ class DeviceRouter : public Communicator {
   }
   // No lock: abort must never wait (it is called when something is stuck).
   void abort(int code) override { (nccl_ ? *nccl_ : host_).abort(code); }
+
+ protected:
+  // Each collective goes to the backend that moves this tensor, whose own
+  // public method checks it against that backend (device, size) as well.
+  WorkHandle do_all_reduce_async(Tensor& t, Reduce op) override {
+    return route(t).all_reduce_async(t, op);
+  }
+  WorkHandle do_broadcast_async(Tensor& t, int root) override {
+    return route(t).broadcast_async(t, root);
+  }
+  Tensor do_all_gather(const Tensor& t) override { return route(t).all_gather(t); }
+  Tensor do_reduce_scatter(const Tensor& t, Reduce op) override {
+    return route(t).reduce_scatter(t, op);
+  }
+  WorkHandle do_send_async(const Tensor& t, int dst, int tag) override {
+    return route(t).send_async(t, dst, tag);
+  }
+  WorkHandle do_recv_async(Tensor& t, int src, int tag) override {
+    return route(t).recv_async(t, src, tag);
+  }
 
  private:
   Communicator& route(const Tensor& t) {

@@ -6,6 +6,7 @@
 //   CHECK_SHAPE(t, {2, 3})                  shape equality with a readable message
 //   grad_ok("label", f, {x, y})             rg::gradcheck with the label in the failure
 //   naive_matmul(a, b, m, k, n)             the reference GEMM, in double precision
+//   ScopedEnv env("NAME", "value")          an environment variable for one scope (nullptr: unset)
 #pragma once
 
 #include <unistd.h>
@@ -17,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -26,6 +28,29 @@
 namespace rg = ringgrad;
 
 namespace test {
+
+// Sets an environment variable for one scope, then puts back what was there.
+struct ScopedEnv {
+  std::string name, old;
+  bool had;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    if (value)
+      setenv(n, value, 1);
+    else
+      unsetenv(n);
+  }
+  ~ScopedEnv() {
+    if (had)
+      setenv(name.c_str(), old.c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
 
 // A fresh directory under /tmp for one test, removed with everything in it at scope exit.
 struct TempDir {

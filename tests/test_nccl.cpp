@@ -16,6 +16,7 @@
 namespace par = rg::parallel;
 using test::contains;
 using test::error_of;
+using test::ScopedEnv;
 
 namespace {
 
@@ -27,27 +28,6 @@ void say_skipped(const std::string& what) {
                                               : "built with NCCL";
   MESSAGE("SKIPPED: no CUDA device (" << build << "): " << what);
 }
-
-// Sets an environment variable for one scope, then puts back what was there.
-struct ScopedEnv {
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    const char* o = std::getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    if (value)
-      setenv(n, value, 1);
-    else
-      unsetenv(n);
-  }
-  ~ScopedEnv() {
-    if (had)
-      setenv(name.c_str(), old.c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-};
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 // terms (op N, leading dimension = its row stride), and a column-major operand
 // (a transposed view) needs op T with its column stride. No operand is copied.
 #include "ringgrad/core/cuda/cuda_backend.h"
+#include "ringgrad/core/dtype_table.h"
 
 namespace ringgrad::cuda {
 
@@ -23,21 +24,19 @@ void CudaBackend::gemm(const GemmArgs& g) {
   ld_b = std::max<int64_t>(ld_b, 1);
   ld_a = std::max<int64_t>(ld_a, 1);
 
-  cudaDataType_t type;
-  cublasComputeType_t compute;
+  // cuBLAS's type for the operands, and the precision it accumulates in.
+  static const DTypeTable<cudaDataType_t> types("cuBLAS",
+                                                {{kFloat32, CUDA_R_32F}, {kFloat64, CUDA_R_64F}});
+  const cudaDataType_t type = types(g.dtype);
+  const cublasComputeType_t compute =
+      g.dtype == kFloat64   ? CUBLAS_COMPUTE_64F
+      : tf32_allowed()      ? CUBLAS_COMPUTE_32F_FAST_TF32
+                            : CUBLAS_COMPUTE_32F;
+  // alpha and beta in the compute type: double for float64, float for float32.
   double alpha_d = g.alpha, beta_d = g.beta;
   float alpha_f = static_cast<float>(g.alpha), beta_f = static_cast<float>(g.beta);
-  const void *alpha, *beta;
-  if (g.dtype == DType::Float32) {
-    type = CUDA_R_32F;
-    compute = tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    alpha = &alpha_f, beta = &beta_f;
-  } else {
-    RG_CHECK(g.dtype == DType::Float64, "matmul", "expected float32 or float64, got ", g.dtype);
-    type = CUDA_R_64F;
-    compute = CUBLAS_COMPUTE_64F;
-    alpha = &alpha_d, beta = &beta_d;
-  }
+  const void* alpha = g.dtype == kFloat64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
+  const void* beta = g.dtype == kFloat64 ? static_cast<const void*>(&beta_d) : &beta_f;
   // k == 0 is a valid product (all zeros): cuBLAS then only scales C by beta.
   RG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas_handle(), op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),

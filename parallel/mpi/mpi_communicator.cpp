@@ -1,6 +1,6 @@
 // mpi_communicator.cpp — Communicator over MPI_COMM_WORLD, for CPU tensors.
 //
-// Each operation is checked on the caller's thread (a wrong tensor is an error
+// Each operation is checked on the caller's thread (Communicator's shared checks, then
 // at the call), then queued for the communication thread (comm_thread.h) as a
 // small closure that makes the MPI call. The closures hold the tensors they
 // use, so memory stays alive until MPI is done with it. MPI failures come back
@@ -16,6 +16,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "ringgrad/core/dtype_table.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/op_utils.h"
 #include "ringgrad/parallel/mpi/comm_thread.h"
@@ -31,19 +32,12 @@ using mpi::WatchdogInfo;
 
 // ---- dtypes and reductions ----
 
-MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return MPI_FLOAT;
-    case DType::Float64:
-      return MPI_DOUBLE;
-    case DType::Int64:
-      return MPI_INT64_T;
-    case DType::Bool:
-      return MPI_C_BOOL;
-  }
-  return MPI_DATATYPE_NULL;
+const DTypeTable<MPI_Datatype>& mpi_types() {
+  static const DTypeTable<MPI_Datatype> table(
+      "MPI", {{kFloat32, MPI_FLOAT}, {kFloat64, MPI_DOUBLE}, {kInt64, MPI_INT64_T}, {kBool, MPI_C_BOOL}});
+  return table;
 }
+MPI_Datatype mpi_type(DType t) { return mpi_types()(t); }
 
 // Avg is a Sum followed by a division (done by the caller of this). MPI only
 // allows logical operators on booleans: their "sum" and "max" are both OR.
@@ -62,26 +56,6 @@ void divide(const Tensor& t, int n) {
     double* p = static_cast<double*>(t.raw_data());
     for (int64_t i = 0; i < count; ++i) p[i] /= n;
   }
-}
-
-// The checks every operation makes on the caller's thread, before anything is queued.
-void check_tensor(const Tensor& t, const char* op) {
-  RG_CHECK(t.defined(), op, "expected a defined tensor, got an undefined one");
-  RG_CHECK(t.device().is_cpu(), op,
-           "expected a CPU tensor (the MPI backend moves host memory; CUDA tensors go "
-           "through the NCCL backend), got ",
-           t.describe());
-  RG_CHECK(t.numel() <= INT_MAX, op, "expected at most ", INT_MAX,
-           " elements (an MPI count is an int), got ", t.numel());
-}
-void check_reduce(const Tensor& t, Reduce op, const char* name) {
-  RG_CHECK(op != Reduce::Avg || is_floating(t.dtype()), name,
-           "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
-}
-
-double timeout_from_env() {
-  const char* text = std::getenv("RINGGRAD_COMM_TIMEOUT_S");
-  return text ? std::atof(text) : 300.0;
 }
 
 // RINGGRAD_SHM_ALLREDUCE=0: symmetric_empty gives ordinary memory, so every
@@ -128,7 +102,7 @@ class MpiCommunicator : public Communicator {
     auto info = std::make_shared<WatchdogInfo>();
     info->rank = rank_;
     info->size = size_;
-    info->timeout_s = timeout_from_env();
+    info->timeout_s = comm_timeout_seconds();
     info_ = info;
     // The thread shares ownership of its state, so that if we must leave it
     // running (see the destructor) it never touches freed memory.
@@ -164,119 +138,6 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string backend_name() const override { return "mpi"; }
 
-  WorkHandle all_reduce_async(Tensor& t, Reduce op) override {
-    check_tensor(t, "all_reduce");
-    check_reduce(t, op, "all_reduce");
-    if (auto shared = symmetric_->find(t); shared && mpi::SymmetricBuffer::supports(t.dtype())) {
-      // Every rank holds the same symmetric tensor, so every rank comes here.
-      // It runs on the communication thread (in issue order), which keeps its
-      // sends/recvs in flight moving while it waits for the peers.
-      CommThread* thread = thread_state_.get();  // runs this closure: alive meanwhile
-      return enqueue(new_work("all_reduce (shared memory)"), t.nbytes(), -1,
-                     [shared, t, op, thread] {
-                       shared->all_reduce(t.dtype(), t.numel(), op,
-                                          [thread] { thread->progress(); });
-                       return MPI_REQUEST_NULL;
-                     });
-    }
-    auto [buf, work] = in_place_buffer(t, "all_reduce");
-    int n = static_cast<int>(t.numel()), size = size_;
-    MPI_Comm comm = thread_state_->comm();
-    return enqueue(work, t.nbytes(), -1, [=] {
-      RG_MPI("all_reduce", MPI_Allreduce, MPI_IN_PLACE, buf.raw_data(), n, mpi_type(buf.dtype()),
-             mpi_op(op, buf.dtype()), comm);
-      if (op == Reduce::Avg) divide(buf, size);
-      return MPI_REQUEST_NULL;
-    });
-  }
-
-  WorkHandle broadcast_async(Tensor& t, int root) override {
-    check_tensor(t, "broadcast");
-    check_rank(root, "broadcast", "root");
-    auto [buf, work] = in_place_buffer(t, "broadcast");
-    int n = static_cast<int>(t.numel());
-    MPI_Comm comm = thread_state_->comm();
-    return enqueue(work, t.nbytes(), -1, [=] {
-      RG_MPI("broadcast", MPI_Bcast, buf.raw_data(), n, mpi_type(buf.dtype()), root, comm);
-      return MPI_REQUEST_NULL;
-    });
-  }
-
-  // t (…) on every rank -> (size, …): row r is rank r's t.
-  Tensor all_gather(const Tensor& t) override {
-    check_tensor(t, "all_gather");
-    Tensor in = t.contiguous();
-    Shape shape = t.shape();
-    shape.insert(shape.begin(), size_);
-    Tensor out = empty(shape, {.dtype = t.dtype()});
-    int n = static_cast<int>(t.numel());
-    MPI_Comm comm = thread_state_->comm();
-    enqueue(new_work("all_gather"), out.nbytes(), -1, [=] {
-      MPI_Datatype type = mpi_type(in.dtype());
-      RG_MPI("all_gather", MPI_Allgather, in.raw_data(), n, type, out.raw_data(), n, type, comm);
-      return MPI_REQUEST_NULL;
-    })->wait();
-    return out;
-  }
-
-  // t (size·k, …) -> (k, …): rank r keeps rows [r·k, (r+1)·k) of the reduction.
-  Tensor reduce_scatter(const Tensor& t, Reduce op) override {
-    check_tensor(t, "reduce_scatter");
-    check_reduce(t, op, "reduce_scatter");
-    RG_CHECK(t.dim() >= 1 && t.size(0) % size_ == 0, "reduce_scatter",
-             "expected dim 0 divisible by the world size ", size_, ", got shape ", t.shape());
-    Tensor in = t.contiguous();
-    Shape shape = t.shape();
-    shape[0] /= size_;
-    Tensor out = empty(shape, {.dtype = t.dtype()});
-    int n = static_cast<int>(out.numel()), size = size_;
-    MPI_Comm comm = thread_state_->comm();
-    enqueue(new_work("reduce_scatter"), in.nbytes(), -1, [=] {
-      RG_MPI("reduce_scatter", MPI_Reduce_scatter_block, in.raw_data(), out.raw_data(), n,
-             mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm);
-      if (op == Reduce::Avg) divide(out, size);
-      return MPI_REQUEST_NULL;
-    })->wait();
-    return out;
-  }
-
-  // The data is read while the send is in flight: do not change t before wait().
-  WorkHandle send_async(const Tensor& t, int dst, int tag) override {
-    check_tensor(t, "send");
-    check_rank(dst, "send", "dst");
-    RG_CHECK(tag >= 0, "send", "expected a tag >= 0, got ", tag);
-    Tensor buf = t.contiguous();
-    int n = static_cast<int>(t.numel());
-    MPI_Comm comm = thread_state_->comm();
-    return enqueue(new_work("send"), buf.nbytes(), dst, [=] {
-      MPI_Request request;
-      RG_MPI("send", MPI_Isend, buf.raw_data(), n, mpi_type(buf.dtype()), dst, tag, comm, &request);
-      return request;
-    });
-  }
-
-  WorkHandle recv_async(Tensor& t, int src, int tag) override {
-    check_tensor(t, "recv");
-    check_rank(src, "recv", "src");
-    RG_CHECK(tag >= 0, "recv", "expected a tag >= 0, got ", tag);
-    auto [buf, work] = in_place_buffer(t, "recv");
-    int n = static_cast<int>(t.numel());
-    MPI_Comm comm = thread_state_->comm();
-    auto post = [=] {
-      MPI_Request request;
-      RG_MPI("recv", MPI_Irecv, buf.raw_data(), n, mpi_type(buf.dtype()), src, tag, comm, &request);
-      return request;
-    };
-    // A longer message is an MPI error (truncation); a shorter one is caught here.
-    auto check_count = [n, src, dtype = t.dtype()](const MPI_Status& status) {
-      int got = 0;
-      MPI_Get_count(&status, mpi_type(dtype), &got);
-      RG_CHECK(got == n, "recv", "expected ", n, " ", dtype, " elements from rank ", src, ", got ",
-               got);
-    };
-    return enqueue(work, t.nbytes(), src, post, check_count);
-  }
-
   void barrier() override {
     MPI_Comm comm = thread_state_->comm();
     enqueue(new_work("barrier"), 0, -1, [=] {
@@ -308,6 +169,115 @@ class MpiCommunicator : public Communicator {
   // communication thread may be stuck in a collective that will never finish.
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
+ protected:
+  // The MPI backend moves host memory, and an MPI count is an int.
+  void check_tensor(const Tensor& t, const char* op) const override {
+    RG_CHECK(t.device().is_cpu(), op,
+             "expected a CPU tensor (the MPI backend moves host memory; CUDA tensors go "
+             "through the NCCL backend), got ",
+             t.describe());
+    RG_CHECK(t.numel() <= INT_MAX, op, "expected at most ", INT_MAX,
+             " elements (an MPI count is an int), got ", t.numel());
+  }
+
+  WorkHandle do_all_reduce_async(Tensor& t, Reduce op) override {
+    if (auto shared = symmetric_->find(t); shared && mpi::SymmetricBuffer::supports(t.dtype())) {
+      // Every rank holds the same symmetric tensor, so every rank comes here.
+      // It runs on the communication thread (in issue order), which keeps its
+      // sends/recvs in flight moving while it waits for the peers.
+      CommThread* thread = thread_state_.get();  // runs this closure: alive meanwhile
+      return enqueue(new_work("all_reduce (shared memory)"), t.nbytes(), -1,
+                     [shared, t, op, thread] {
+                       shared->all_reduce(t.dtype(), t.numel(), op,
+                                          [thread] { thread->progress(); });
+                       return MPI_REQUEST_NULL;
+                     });
+    }
+    auto [buf, work] = in_place_buffer(t, "all_reduce");
+    int n = static_cast<int>(t.numel()), size = size_;
+    MPI_Comm comm = thread_state_->comm();
+    return enqueue(work, t.nbytes(), -1, [=] {
+      RG_MPI("all_reduce", MPI_Allreduce, MPI_IN_PLACE, buf.raw_data(), n, mpi_type(buf.dtype()),
+             mpi_op(op, buf.dtype()), comm);
+      if (op == Reduce::Avg) divide(buf, size);
+      return MPI_REQUEST_NULL;
+    });
+  }
+
+  WorkHandle do_broadcast_async(Tensor& t, int root) override {
+    auto [buf, work] = in_place_buffer(t, "broadcast");
+    int n = static_cast<int>(t.numel());
+    MPI_Comm comm = thread_state_->comm();
+    return enqueue(work, t.nbytes(), -1, [=] {
+      RG_MPI("broadcast", MPI_Bcast, buf.raw_data(), n, mpi_type(buf.dtype()), root, comm);
+      return MPI_REQUEST_NULL;
+    });
+  }
+
+  // t (…) on every rank -> (size, …): row r is rank r's t.
+  Tensor do_all_gather(const Tensor& t) override {
+    Tensor in = t.contiguous();
+    Shape shape = t.shape();
+    shape.insert(shape.begin(), size_);
+    Tensor out = empty(shape, {.dtype = t.dtype()});
+    int n = static_cast<int>(t.numel());
+    MPI_Comm comm = thread_state_->comm();
+    enqueue(new_work("all_gather"), out.nbytes(), -1, [=] {
+      MPI_Datatype type = mpi_type(in.dtype());
+      RG_MPI("all_gather", MPI_Allgather, in.raw_data(), n, type, out.raw_data(), n, type, comm);
+      return MPI_REQUEST_NULL;
+    })->wait();
+    return out;
+  }
+
+  // t (size·k, …) -> (k, …): rank r keeps rows [r·k, (r+1)·k) of the reduction.
+  Tensor do_reduce_scatter(const Tensor& t, Reduce op) override {
+    Tensor in = t.contiguous();
+    Shape shape = t.shape();
+    shape[0] /= size_;
+    Tensor out = empty(shape, {.dtype = t.dtype()});
+    int n = static_cast<int>(out.numel()), size = size_;
+    MPI_Comm comm = thread_state_->comm();
+    enqueue(new_work("reduce_scatter"), in.nbytes(), -1, [=] {
+      RG_MPI("reduce_scatter", MPI_Reduce_scatter_block, in.raw_data(), out.raw_data(), n,
+             mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm);
+      if (op == Reduce::Avg) divide(out, size);
+      return MPI_REQUEST_NULL;
+    })->wait();
+    return out;
+  }
+
+  // The data is read while the send is in flight: do not change t before wait().
+  WorkHandle do_send_async(const Tensor& t, int dst, int tag) override {
+    Tensor buf = t.contiguous();
+    int n = static_cast<int>(t.numel());
+    MPI_Comm comm = thread_state_->comm();
+    return enqueue(new_work("send"), buf.nbytes(), dst, [=] {
+      MPI_Request request;
+      RG_MPI("send", MPI_Isend, buf.raw_data(), n, mpi_type(buf.dtype()), dst, tag, comm, &request);
+      return request;
+    });
+  }
+
+  WorkHandle do_recv_async(Tensor& t, int src, int tag) override {
+    auto [buf, work] = in_place_buffer(t, "recv");
+    int n = static_cast<int>(t.numel());
+    MPI_Comm comm = thread_state_->comm();
+    auto post = [=] {
+      MPI_Request request;
+      RG_MPI("recv", MPI_Irecv, buf.raw_data(), n, mpi_type(buf.dtype()), src, tag, comm, &request);
+      return request;
+    };
+    // A longer message is an MPI error (truncation); a shorter one is caught here.
+    auto check_count = [n, src, dtype = t.dtype()](const MPI_Status& status) {
+      int got = 0;
+      MPI_Get_count(&status, mpi_type(dtype), &got);
+      RG_CHECK(got == n, "recv", "expected ", n, " ", dtype, " elements from rank ", src, ", got ",
+               got);
+    };
+    return enqueue(work, t.nbytes(), src, post, check_count);
+  }
+
  private:
   std::shared_ptr<MpiWork> new_work(const char* op) { return std::make_shared<MpiWork>(op, info_); }
 
@@ -330,10 +300,6 @@ class MpiCommunicator : public Communicator {
     Tensor buf = t.contiguous();
     work->finish_ = [t, buf]() mutable { t.copy_(buf); };
     return {buf, work};
-  }
-
-  void check_rank(int r, const char* op, const char* what) const {
-    RG_CHECK(r >= 0 && r < size_, op, "expected ", what, " in [0, ", size_, "), got ", r);
   }
 
   int rank_ = 0, size_ = 1;

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "ringgrad/core/dispatch.h"
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/kernel_math.h"
 #include "ringgrad/parallel/mpi/comm_thread.h"
@@ -233,26 +234,15 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op,
   };
   barrier(progress);  // 1. arrive: every contribution is in place
   const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
-  auto reduce = [&](auto* own) {  // 2. my chunk, from every buffer
-    using T = std::remove_pointer_t<decltype(own)>;
-    std::vector<const T*> in{own};  // my contribution first, then the others'
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_) in.push_back(static_cast<const T*>(data_of(p)));
-    reduce_chunk(own, in, lo, hi, op);
-  };
-  switch (dtype) {
-    case DType::Float32:
-      reduce(static_cast<float*>(data()));
-      break;
-    case DType::Float64:
-      reduce(static_cast<double*>(data()));
-      break;
-    case DType::Int64:
-      reduce(static_cast<int64_t*>(data()));
-      break;
-    case DType::Bool:
-      break;  // refused above
-  }
+  dispatch_all(dtype, [&]<typename T>() {  // 2. my chunk, from every buffer
+    if constexpr (!std::is_same_v<T, bool>) {  // bool: refused above
+      T* own = static_cast<T*>(data());
+      std::vector<const T*> in{own};  // my contribution first, then the others'
+      for (int p = 0; p < size_; ++p)
+        if (p != rank_) in.push_back(static_cast<const T*>(data_of(p)));
+      reduce_chunk(own, in, lo, hi, op);
+    }
+  });
   barrier(progress);  // every chunk is reduced
   char* own = static_cast<char*>(data());
   for (int p = 0; p < size_; ++p) {  // 3. everyone else's chunk, from its owner

@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "ringgrad/core/cuda/common.cuh"  // RG_CUDA_CHECK, cuda::compute_stream()
+#include "ringgrad/core/dtype_table.h"
 #include "ringgrad/core/factory.h"
 
 namespace ringgrad::parallel {
@@ -91,19 +92,14 @@ namespace {
 
 // ---- dtypes and reductions ----
 
-ncclDataType_t nccl_type(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return ncclFloat32;
-    case DType::Float64:
-      return ncclFloat64;
-    case DType::Int64:
-      return ncclInt64;
-    case DType::Bool:
-      return ncclUint8;  // one byte, 0 or 1
-  }
-  return ncclUint8;
+// Booleans travel as bytes 0 or 1.
+const DTypeTable<ncclDataType_t>& nccl_types() {
+  static const DTypeTable<ncclDataType_t> table(
+      "NCCL",
+      {{kFloat32, ncclFloat32}, {kFloat64, ncclFloat64}, {kInt64, ncclInt64}, {kBool, ncclUint8}});
+  return table;
 }
+ncclDataType_t nccl_type(DType t) { return nccl_types()(t); }
 
 // Avg is NCCL's own (ncclAvg: the sum divided by the number of ranks, on the
 // GPU). Booleans are bytes 0/1: their "sum" and "max" are both OR, as in the
@@ -122,11 +118,6 @@ ncclRedOp_t nccl_op(Reduce op, DType t) {
 }
 
 size_t count(const Tensor& t) { return static_cast<size_t>(t.numel()); }
-
-double timeout_from_env() {
-  const char* text = std::getenv("RINGGRAD_COMM_TIMEOUT_S");
-  return text ? std::atof(text) : 300.0;
-}
 
 // ---- events ----
 
@@ -387,7 +378,7 @@ class NcclCommunicator : public Communicator {
     s.rank = bootstrap.rank();
     s.size = bootstrap.size();
     s.device = device;
-    s.timeout_s = timeout_from_env();
+    s.timeout_s = comm_timeout_seconds();
     int gpus = cuda::device_count();
     RG_CHECK(gpus > 0, "nccl",
              "expected a CUDA device, got none (the NCCL backend moves CUDA "
@@ -475,78 +466,6 @@ class NcclCommunicator : public Communicator {
   int size() const override { return state_->size; }
   std::string backend_name() const override { return "nccl"; }
 
-  WorkHandle all_reduce_async(Tensor& t, Reduce op) override {
-    check_tensor(t, "all_reduce");
-    check_reduce(t, op, "all_reduce");
-    InPlace io = in_place(t);
-    auto work = launch("all_reduce", {io.buf}, [&](ncclComm_t comm, cudaStream_t stream) {
-      // In place: the send and receive buffers are the same.
-      RG_NCCL("all_reduce", ncclAllReduce, io.buf.raw_data(), io.buf.raw_data(), count(io.buf),
-              nccl_type(io.buf.dtype()), nccl_op(op, io.buf.dtype()), comm, stream);
-    });
-    work->finish_ = std::move(io.copy_back);
-    return work;
-  }
-
-  WorkHandle broadcast_async(Tensor& t, int root) override {
-    check_tensor(t, "broadcast");
-    check_rank(root, "broadcast", "root");
-    InPlace io = in_place(t);
-    auto work = launch("broadcast", {io.buf}, [&](ncclComm_t comm, cudaStream_t stream) {
-      RG_NCCL("broadcast", ncclBroadcast, io.buf.raw_data(), io.buf.raw_data(), count(io.buf),
-              nccl_type(io.buf.dtype()), root, comm, stream);
-    });
-    work->finish_ = std::move(io.copy_back);
-    return work;
-  }
-
-  // t (…) on every rank -> (size, …): row r is rank r's t.
-  Tensor all_gather(const Tensor& t) override {
-    check_tensor(t, "all_gather");
-    Tensor in = t.contiguous();
-    Shape shape = t.shape();
-    shape.insert(shape.begin(), state_->size);
-    Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
-    launch("all_gather", {in, out}, [&](ncclComm_t comm, cudaStream_t stream) {
-      RG_NCCL("all_gather", ncclAllGather, in.raw_data(), out.raw_data(), count(in),
-              nccl_type(in.dtype()), comm, stream);
-    })->wait();
-    return out;
-  }
-
-  // t (size·k, …) -> (k, …): rank r keeps rows [r·k, (r+1)·k) of the reduction.
-  Tensor reduce_scatter(const Tensor& t, Reduce op) override {
-    check_tensor(t, "reduce_scatter");
-    check_reduce(t, op, "reduce_scatter");
-    RG_CHECK(t.dim() >= 1 && t.size(0) % state_->size == 0, "reduce_scatter",
-             "expected dim 0 divisible by the world size ", state_->size, ", got shape ",
-             t.shape());
-    Tensor in = t.contiguous();
-    Shape shape = t.shape();
-    shape[0] /= state_->size;
-    Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
-    launch("reduce_scatter", {in, out}, [&](ncclComm_t comm, cudaStream_t stream) {
-      RG_NCCL("reduce_scatter", ncclReduceScatter, in.raw_data(), out.raw_data(), count(out),
-              nccl_type(in.dtype()), nccl_op(op, in.dtype()), comm, stream);
-    })->wait();
-    return out;
-  }
-
-  // The data is read while the send is in flight: do not change t before wait().
-  WorkHandle send_async(const Tensor& t, int dst, int tag) override {
-    check_tensor(t, "send");
-    check_rank(dst, "send", "dst");
-    RG_CHECK(tag >= 0, "send", "expected a tag >= 0, got ", tag);
-    return post("send", /*is_send=*/true, {t.contiguous(), nullptr}, dst);
-  }
-
-  WorkHandle recv_async(Tensor& t, int src, int tag) override {
-    check_tensor(t, "recv");
-    check_rank(src, "recv", "src");
-    RG_CHECK(tag >= 0, "recv", "expected a tag >= 0, got ", tag);
-    return post("recv", /*is_send=*/false, in_place(t), src);
-  }
-
   // An all-reduce of one number: it completes on a rank only once every rank
   // has issued it, and (the comm stream runs in order) after every NCCL
   // operation this rank issued before it. The host waits for it, whatever
@@ -565,6 +484,71 @@ class NcclCommunicator : public Communicator {
   void abort(int code) override {
     state_->abort("abort() after an error on this rank");
     bootstrap_.abort(code);
+  }
+
+ protected:
+  // NCCL moves memory of this rank's GPU only.
+  void check_tensor(const Tensor& t, const char* op) const override {
+    RG_CHECK(t.device().is_cuda(), op, "expected a CUDA tensor for the nccl backend, got ",
+             t.device(), " (", t.describe(), "; CPU tensors go through the MPI backend)");
+    RG_CHECK(t.device().index == state_->device, op,
+             "expected a tensor on this rank's GPU cuda:", state_->device, ", got ", t.describe());
+  }
+
+  WorkHandle do_all_reduce_async(Tensor& t, Reduce op) override {
+    InPlace io = in_place(t);
+    auto work = launch("all_reduce", {io.buf}, [&](ncclComm_t comm, cudaStream_t stream) {
+      // In place: the send and receive buffers are the same.
+      RG_NCCL("all_reduce", ncclAllReduce, io.buf.raw_data(), io.buf.raw_data(), count(io.buf),
+              nccl_type(io.buf.dtype()), nccl_op(op, io.buf.dtype()), comm, stream);
+    });
+    work->finish_ = std::move(io.copy_back);
+    return work;
+  }
+
+  WorkHandle do_broadcast_async(Tensor& t, int root) override {
+    InPlace io = in_place(t);
+    auto work = launch("broadcast", {io.buf}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("broadcast", ncclBroadcast, io.buf.raw_data(), io.buf.raw_data(), count(io.buf),
+              nccl_type(io.buf.dtype()), root, comm, stream);
+    });
+    work->finish_ = std::move(io.copy_back);
+    return work;
+  }
+
+  // t (…) on every rank -> (size, …): row r is rank r's t.
+  Tensor do_all_gather(const Tensor& t) override {
+    Tensor in = t.contiguous();
+    Shape shape = t.shape();
+    shape.insert(shape.begin(), state_->size);
+    Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
+    launch("all_gather", {in, out}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("all_gather", ncclAllGather, in.raw_data(), out.raw_data(), count(in),
+              nccl_type(in.dtype()), comm, stream);
+    })->wait();
+    return out;
+  }
+
+  // t (size·k, …) -> (k, …): rank r keeps rows [r·k, (r+1)·k) of the reduction.
+  Tensor do_reduce_scatter(const Tensor& t, Reduce op) override {
+    Tensor in = t.contiguous();
+    Shape shape = t.shape();
+    shape[0] /= state_->size;
+    Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
+    launch("reduce_scatter", {in, out}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("reduce_scatter", ncclReduceScatter, in.raw_data(), out.raw_data(), count(out),
+              nccl_type(in.dtype()), nccl_op(op, in.dtype()), comm, stream);
+    })->wait();
+    return out;
+  }
+
+  // The data is read while the send is in flight: do not change t before wait().
+  WorkHandle do_send_async(const Tensor& t, int dst, int tag) override {
+    return post("send", /*is_send=*/true, {t.contiguous(), nullptr}, dst);
+  }
+
+  WorkHandle do_recv_async(Tensor& t, int src, int tag) override {
+    return post("recv", /*is_send=*/false, in_place(t), src);
   }
 
  private:
@@ -597,22 +581,6 @@ class NcclCommunicator : public Communicator {
     ready->record(s.compute);  // this transfer's [ready]
     s.pending.push_back({is_send, io.buf, peer, std::move(ready), work});
     return work;
-  }
-
-  void check_tensor(const Tensor& t, const char* op) const {
-    RG_CHECK(t.defined(), op, "expected a defined tensor, got an undefined one");
-    RG_CHECK(t.device().is_cuda(), op, "expected a CUDA tensor for the nccl backend, got ",
-             t.device(), " (", t.describe(), "; CPU tensors go through the MPI backend)");
-    RG_CHECK(t.device().index == state_->device, op,
-             "expected a tensor on this rank's GPU cuda:", state_->device, ", got ", t.describe());
-  }
-  static void check_reduce(const Tensor& t, Reduce op, const char* name) {
-    RG_CHECK(op != Reduce::Avg || is_floating(t.dtype()), name,
-             "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
-  }
-  void check_rank(int r, const char* op, const char* what) const {
-    RG_CHECK(r >= 0 && r < state_->size, op, "expected ", what, " in [0, ", state_->size, "), got ",
-             r);
   }
 
   Communicator& bootstrap_;

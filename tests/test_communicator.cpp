@@ -1,0 +1,78 @@
+// test_communicator.cpp — the Communicator contract, checked once for every backend.
+//
+// Communicator's public collectives check their arguments before any backend
+// runs (parallel/communicator.cpp). The world of one checks nothing itself, so
+// each error below comes from that shared contract; the MPI tests
+// (tests/mpi/test_comm.cpp) see the same errors from the MPI backend, and the
+// NCCL tests (test_nccl.cpp) from NCCL. Also here: the one reader of
+// RINGGRAD_COMM_TIMEOUT_S, which every backend uses.
+#include <ringgrad/parallel/communicator.h>
+
+#include "test_helpers.h"
+
+namespace par = rg::parallel;
+using test::error_of;
+using test::ScopedEnv;
+
+TEST_CASE("communicator: the shared checks name the operation and the bad argument") {
+  auto comm = par::make_single_communicator();
+  rg::Tensor undefined;
+  rg::Tensor x = rg::arange(4, {.dtype = rg::kFloat32});
+  rg::Tensor ints = rg::arange(4, {.dtype = rg::kInt64});
+
+  CHECK_CONTAINS(error_of([&] { comm->all_reduce(undefined); }),
+                 "[all_reduce] expected a defined tensor, got an undefined one");
+  CHECK_CONTAINS(error_of([&] { comm->all_reduce(ints, par::Reduce::Avg); }),
+                 "[all_reduce] expected a floating-point tensor for Reduce::Avg, got int64");
+  CHECK_CONTAINS(error_of([&] { comm->broadcast(x, 1); }),
+                 "[broadcast] expected root in [0, 1), got 1");
+  CHECK_CONTAINS(error_of([&] { comm->broadcast(x, -1); }),
+                 "[broadcast] expected root in [0, 1), got -1");
+  CHECK_CONTAINS(error_of([&] { comm->all_gather(undefined); }),
+                 "[all_gather] expected a defined tensor");
+  CHECK_CONTAINS(error_of([&] { comm->reduce_scatter(ints, par::Reduce::Avg); }),
+                 "[reduce_scatter] expected a floating-point tensor for Reduce::Avg, got int64");
+  CHECK_CONTAINS(error_of([&] { comm->reduce_scatter(rg::scalar_tensor(2.0)); }),
+                 "[reduce_scatter] expected dim 0 divisible by the world size 1, got shape []");
+  CHECK_CONTAINS(error_of([&] { comm->send(x, 3); }), "[send] expected dst in [0, 1), got 3");
+  CHECK_CONTAINS(error_of([&] { comm->send(x, 0, -2); }), "[send] expected a tag >= 0, got -2");
+  CHECK_CONTAINS(error_of([&] { comm->recv(x, -1); }), "[recv] expected src in [0, 1), got -1");
+  CHECK_CONTAINS(error_of([&] { comm->recv(x, 0, -1); }), "[recv] expected a tag >= 0, got -1");
+  // Past the contract, the backend's own answer: a world of one has no peer.
+  CHECK_CONTAINS(error_of([&] { comm->send(x, 0); }),
+                 "[send] expected a peer rank, got a world of one");
+}
+
+TEST_CASE("communicator: valid calls on a world of one are the identity") {
+  auto comm = par::make_single_communicator();
+  rg::Tensor x = rg::arange(6, {.dtype = rg::kFloat64}).reshape({3, 2});
+  rg::Tensor before = x.clone();
+  comm->all_reduce(x, par::Reduce::Avg);
+  comm->broadcast(x, 0);
+  CHECK(rg::allclose(x, before, 0, 0));
+  rg::Tensor gathered = comm->all_gather(x);
+  CHECK_SHAPE(gathered, {1, 3, 2});
+  CHECK(rg::allclose(comm->reduce_scatter(x), before, 0, 0));
+  // integer sums and maxima are fine; only the average must be floating
+  rg::Tensor ints = rg::arange(4, {.dtype = rg::kInt64});
+  comm->all_reduce(ints, par::Reduce::Max);
+  CHECK(ints.tolist<int64_t>() == std::vector<int64_t>{0, 1, 2, 3});
+}
+
+TEST_CASE("communicator: RINGGRAD_COMM_TIMEOUT_S is parsed strictly") {
+  {
+    ScopedEnv env("RINGGRAD_COMM_TIMEOUT_S", nullptr);
+    CHECK(par::comm_timeout_seconds() == 300.0);
+  }
+  for (auto [text, want] : std::vector<std::pair<const char*, double>>{
+           {"0", 0.0}, {"2.5", 2.5}, {"600", 600.0}, {"1e2", 100.0}}) {
+    ScopedEnv env("RINGGRAD_COMM_TIMEOUT_S", text);
+    CHECK(par::comm_timeout_seconds() == want);
+  }
+  for (const char* bad : {"", "abc", "10s", "-1", "nan", "inf", "1e999", " 5x"}) {
+    ScopedEnv env("RINGGRAD_COMM_TIMEOUT_S", bad);
+    std::string err = error_of([] { par::comm_timeout_seconds(); });
+    CHECK_CONTAINS(err, "[RINGGRAD_COMM_TIMEOUT_S] expected a number of seconds >= 0");
+    CHECK_CONTAINS(err, std::string("got '") + bad + "'");
+  }
+}
