@@ -12,7 +12,12 @@ namespace ringgrad {
 
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                           const std::vector<Tensor>& inputs, GradcheckOptions options) {
+  // Only the inputs that require grad are perturbed, so only they need float64 on
+  // the CPU; the others (int64 indices, bool masks, constants) pass through as they are.
+  bool any_grad = false;
   for (const Tensor& x : inputs) {
+    if (!x.defined() || !x.requires_grad()) continue;
+    any_grad = true;
     RG_CHECK(x.dtype() == kFloat64 && x.device().is_cpu(), "gradcheck",
              "expected float64 cpu inputs (finite differences need the precision), got ",
              x.describe());
@@ -20,21 +25,28 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
       RG_CHECK(x.stride(d) != 0 || x.size(d) == 1, "gradcheck",
                "expected inputs without broadcast (stride-0) dims, got ", x.describe());
   }
+  GradcheckResult result;
+  if (!any_grad) {  // nothing to differentiate with respect to: nothing can be wrong
+    result.message = "no input requires grad";
+    return result;
+  }
   Tensor probe = f(inputs);
   Generator gen(20260101);
-  Tensor weights = randn(probe.shape(), {.dtype = probe.dtype()}, &gen);
+  Tensor weights = randn(probe.shape(), {.dtype = probe.dtype(), .device = probe.device()}, &gen);
   auto loss = [&] { return sum(mul(f(inputs), weights)); };
 
-  // Analytic: one backward of L = Σ f(x)·w.
+  // Analytic: one backward of L = Σ f(x)·w. An output that does not depend on any
+  // input through autograd has analytic gradient 0 (the comparison then says so).
   for (Tensor x : inputs)
-    if (x.requires_grad()) x.set_grad(Tensor());
-  loss().backward();
+    if (x.defined() && x.requires_grad()) x.set_grad(Tensor());
+  Tensor l = loss();
+  if (l.requires_grad()) l.backward();
 
-  GradcheckResult result;
   NoGradGuard no_grad;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
-    if (!x.requires_grad()) continue;
+    // Constants are not perturbed; an empty input has no element to perturb.
+    if (!x.defined() || !x.requires_grad() || x.numel() == 0) continue;
     Tensor analytic = x.grad().defined() ? x.grad().contiguous() : zeros_like(x);
     const double* ana = analytic.data_ptr<double>();
     double* base = x.data_ptr<double>();

@@ -7,7 +7,10 @@
 // f's output is reduced to a scalar L = sum(f(x) * w) with fixed random weights w;
 // the analytic dL/dx from backward must match the central difference
 // (L(x + eps) - L(x - eps)) / 2eps for every element of every input that requires
-// grad. Inputs should be float64; they may be non-contiguous views.
+// grad. Those inputs must be float64 on the CPU; they may be non-contiguous views.
+// Inputs that need no gradient (int64 indices, bool masks, constants) may have any
+// dtype and device: f gets them unchanged. With no input requiring grad there is
+// nothing to check: the result is ok, its message "no input requires grad".
 #pragma once
 
 #include <functional>

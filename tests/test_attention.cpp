@@ -1,19 +1,15 @@
-// test_attention.cpp — layer_norm and blockwise attention against plain reference
-// formulas, finite-difference gradients, the block pieces ring attention builds on
-// (attention_forward per key block, merge_attention_, backward with global out/lse),
-// and their errors.
+// test_attention.cpp — blockwise attention against the plain reference formula
+// (masks, causal, dropout, fully masked rows), the block pieces ring attention
+// builds on (attention_forward per key block, merge_attention_, backward with
+// global out/lse), float32 against float64, and the errors. Its finite-difference
+// gradients are cases of the op table (test_op_cases_nn.cpp, run by test_gradcheck.cpp).
 #include <cmath>
 #include <limits>
 
 #include "test_helpers.h"
 
-#include <ringgrad/core/kernel_math.h>
-
 using test::check_close;
 using test::error_of;
-using test::grad_ok;
-using test::leaf;
-using V = std::vector<rg::Tensor>;
 
 namespace {
 
@@ -45,42 +41,6 @@ rg::AttentionOptions tiny_tiles(rg::AttentionOptions o = {}) {
 
 }  // namespace
 
-TEST_CASE("layer_norm: matches the formula, with and without weight and bias") {
-  rg::Tensor x = rand64({4, 6}) * 3.0 + 5.0;
-  rg::Tensor w = rand64({6}), b = rand64({6});
-  rg::Tensor mean = x.mean(-1, true);
-  rg::Tensor var = ((x - mean) * (x - mean)).mean(-1, true);
-  rg::Tensor xhat = (x - mean) / rg::sqrt(var + 1e-5);
-  check_close(rg::layer_norm(x, {6}, w, b), xhat * w + b, 1e-10);
-  check_close(rg::layer_norm(x, {6}), xhat, 1e-10);
-  // Over the last two dims: one mean per leading index.
-  rg::Tensor x3 = rand64({2, 3, 4});
-  rg::Tensor flat = rg::layer_norm(x3.reshape({2, 12}), {12});
-  check_close(rg::layer_norm(x3, {3, 4}), flat.reshape({2, 3, 4}), 1e-10);
-}
-
-TEST_CASE("layer_norm: gradcheck for x, weight and bias, any layout") {
-  grad_ok("layer_norm affine", [](const V& in) { return rg::layer_norm(in[0], {5}, in[1], in[2]); },
-          {leaf({3, 5}), leaf({5}), leaf({5})});
-  grad_ok("layer_norm plain", [](const V& in) { return rg::layer_norm(in[0], {5}); },
-          {leaf({4, 5})});
-  rg::Tensor xt = rg::randn({5, 3}, {.dtype = rg::kFloat64}).t();  // non-contiguous (3, 5)
-  xt.requires_grad_();
-  grad_ok("layer_norm transposed input, 2 normalized dims",
-          [](const V& in) { return rg::layer_norm(in[0].unsqueeze(0), {3, 5}, in[1], in[2]); },
-          {xt, leaf({3, 5}), leaf({3, 5})});
-  grad_ok("layer_norm bias only",
-          [](const V& in) { return rg::layer_norm(in[0], {2, 3}, rg::Tensor(), in[1]); },
-          {leaf({2, 2, 3}), leaf({2, 3})});
-}
-
-TEST_CASE("layer_norm: errors name the shapes") {
-  rg::Tensor x = rg::zeros({2, 6});
-  CHECK_CONTAINS(error_of([&] { rg::layer_norm(x, {5}); }), "trailing dims are normalized_shape [5]");
-  CHECK_CONTAINS(error_of([&] { rg::layer_norm(x, {6}, rg::ones({5})); }),
-                 "expected weight of shape [6], got [5]");
-}
-
 TEST_CASE("attention: blockwise forward equals softmax(QKᵀ/√d)·V, with masks and causal") {
   rg::Tensor q = rand64({2, 3, 7, 5}), k = rand64({2, 3, 9, 5}), v = rand64({2, 3, 9, 4});
   rg::Tensor out = rg::scaled_dot_product_attention(q, k, v, tiny_tiles());
@@ -104,25 +64,7 @@ TEST_CASE("attention: blockwise forward equals softmax(QKᵀ/√d)·V, with mask
               reference_attention(q[0], k[0], v[0]), 1e-10);
 }
 
-TEST_CASE("attention: gradcheck of q, k, v through several tiles") {
-  grad_ok("sdpa",
-          [](const V& in) { return rg::scaled_dot_product_attention(in[0], in[1], in[2], tiny_tiles()); },
-          {leaf({1, 2, 5, 3}), leaf({1, 2, 6, 3}), leaf({1, 2, 6, 2})});
-  grad_ok("sdpa causal",
-          [](const V& in) {
-            return rg::scaled_dot_product_attention(in[0], in[1], in[2], tiny_tiles({.causal = true}));
-          },
-          {leaf({2, 1, 7, 3}), leaf({2, 1, 7, 3}), leaf({2, 1, 7, 3})});
-  rg::Tensor mask = rand64({2, 1, 5, 6});  // finite, per batch entry, broadcast over heads
-  grad_ok("sdpa masked, explicit scale",
-          [mask](const V& in) {
-            return rg::scaled_dot_product_attention(in[0], in[1], in[2],
-                                                    tiny_tiles({.mask = mask, .scale = 0.7}));
-          },
-          {leaf({2, 2, 5, 3}), leaf({2, 2, 6, 3}), leaf({2, 2, 6, 4})});
-}
-
-TEST_CASE("attention: dropout is seeded, scaled by 1/(1-p), and its backward uses the same mask") {
+TEST_CASE("attention: dropout is seeded and scaled by 1/(1-p)") {
   rg::Tensor q = rand64({1, 2, 6, 4}), k = rand64({1, 2, 6, 4}), v = rand64({1, 2, 6, 4});
   auto run = [&](uint64_t seed) {
     rg::Generator g(seed);
@@ -134,13 +76,7 @@ TEST_CASE("attention: dropout is seeded, scaled by 1/(1-p), and its backward use
   rg::Tensor avg = rg::zeros_like(q);
   for (uint64_t s = 0; s < 400; ++s) avg = avg + run(s);
   CHECK(rg::allclose(avg / 400.0, reference_attention(q, k, v), 0, 0.05));
-  grad_ok("sdpa dropout",
-          [](const V& in) {
-            rg::Generator g(11);  // the same mask at every evaluation
-            return rg::scaled_dot_product_attention(
-                in[0], in[1], in[2], tiny_tiles({.dropout_p = 0.25, .generator = &g}));
-          },
-          {leaf({1, 2, 5, 3}), leaf({1, 2, 5, 3}), leaf({1, 2, 5, 3})});
+  // Its gradient with a fixed mask: the op table's case attention:dropout (test_gradcheck.cpp).
 }
 
 TEST_CASE("attention: fully masked rows give 0 and lse = -inf, without NaN") {
@@ -213,21 +149,4 @@ TEST_CASE("attention: errors name the shapes") {
                  "expected an additive mask of dtype float32");
   CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(q, k, v, {.dropout_p = 1.0}); }),
                  "expected 0 <= dropout_p < 1, got 1");
-}
-
-TEST_CASE("math::exp_vec: within about 2 ulp of exp, exact at the ends") {
-  // The vectorisable exp the attention row passes use (kernel_math.h), checked here
-  // because the CUDA kernels run the same function.
-  float worst = 0;
-  for (int i = 0; i <= 200000; ++i) {
-    float x = -87.0f + 175.0f * float(i) / 200000.0f;
-    float want = std::exp(x), got = ringgrad::math::exp_vec(x);
-    worst = std::max(worst, std::abs(got - want) / want);
-  }
-  CHECK(worst < 3e-7f);  // measured 2.53e-7: about 2 ulp
-  CHECK(ringgrad::math::exp_vec(-std::numeric_limits<float>::infinity()) == 0.0f);
-  CHECK(ringgrad::math::exp_vec(-100.0f) == 0.0f);
-  CHECK(ringgrad::math::exp_vec(0.0f) == 1.0f);
-  CHECK(std::isinf(ringgrad::math::exp_vec(100.0f)));
-  CHECK(ringgrad::math::exp_vec(1.0) == std::exp(1.0));  // double: the library's exp
 }

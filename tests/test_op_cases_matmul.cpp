@@ -1,0 +1,63 @@
+// test_op_cases_matmul.cpp — the op table's matmul cases (op_cases.h): 1-D and 2-D
+// forms, batched with broadcast batch dims, and transposed (non-contiguous)
+// operands, both as leaves and as views taken inside the call.
+#include "op_cases.h"
+
+namespace opcase {
+
+std::vector<OpCase> matmul_cases() {
+  auto mm = [](const V& in) { return rg::matmul(in[0], in[1]); };
+  auto shapes = [](rg::Shape a, rg::Shape b) {
+    return [a, b](Env& e) { return V{e.leaf(a), e.leaf(b)}; };
+  };
+
+  return {
+      {"matmul", shapes({5, 7}, {7, 3}), mm},
+      {"matmul_t", shapes({5, 7}, {3, 7}),
+       [](const V& in) { return rg::matmul(in[0], in[1].t()); }},
+      {"matmul_batched", shapes({2, 1, 3, 4}, {5, 4, 2}), mm},
+      {"matmul_vec", shapes({6, 4}, {4}), mm},
+
+      // ---- 1-D and 2-D forms
+      {"matmul:dot", shapes({3}, {3}), mm},
+      {"matmul:mat-vec", shapes({2, 3}, {3}), mm},
+      {"matmul:vec-mat", shapes({2}, {2, 3}), mm},
+      {"matmul:mat-mat", shapes({2, 3}, {3, 4}), mm},
+      {"matmul:member", shapes({2, 3}, {3, 4}), [](const V& in) { return in[0].matmul(in[1]); }},
+
+      // ---- batched
+      {"matmul:batched", shapes({2, 3, 4}, {2, 4, 2}), mm},
+      {"matmul:batched@2-D", shapes({2, 3, 4}, {4, 2}), mm},
+      {"matmul:2-D@batched", shapes({3, 4}, {2, 4, 2}), mm},
+      {"matmul:batched@vec", shapes({2, 3, 4}, {4}), mm},
+      {"matmul:vec@batched", shapes({3}, {2, 3, 4}), mm},
+      {"matmul:(2,1,3,4)@(5,4,2)", shapes({2, 1, 3, 4}, {5, 4, 2}), mm},
+      {"matmul:(1,3,2)@(2,1,2,3)", shapes({1, 3, 2}, {2, 1, 2, 3}), mm},
+
+      // ---- transposed operands: strided leaves, then transposes inside the call
+      {"matmul:At-leaf@B",
+       [](Env& e) {
+         return V{e.transposed_leaf(3, 4), e.leaf({4, 2})};
+       },
+       mm,
+       {.non_contiguous = true}},
+      {"matmul:A@Bt-leaf",
+       [](Env& e) {
+         return V{e.leaf({3, 4}), e.transposed_leaf(4, 2)};
+       },
+       mm,
+       {.non_contiguous = true}},
+      {"matmul:At@Bt-leaves",
+       [](Env& e) {
+         return V{e.transposed_leaf(3, 4), e.transposed_leaf(4, 2)};
+       },
+       mm,
+       {.non_contiguous = true}},
+      {"matmul:p.t()@q.t()", shapes({4, 3}, {2, 4}),
+       [](const V& in) { return rg::matmul(in[0].t(), in[1].t()); }},
+      {"matmul:batched-transpose", shapes({2, 4, 3}, {2, 2, 4}),
+       [](const V& in) { return rg::matmul(in[0].transpose(-1, -2), in[1].transpose(1, 2)); }},
+  };
+}
+
+}  // namespace opcase
