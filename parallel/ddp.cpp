@@ -1,4 +1,12 @@
-// ddp.cpp — buckets, gradient hooks, in-order non-blocking all-reduce, and the end of backward.
+// ddp.cpp — DistributedDataParallel, in the order ddp.h tells it:
+//   1. broadcast_from_rank0   every replica starts from rank 0's values
+//   2. build_buckets          gradients grouped into a few large buffers
+//   3. register_hooks         each final gradient goes into its bucket; a full
+//                             bucket starts its all-reduce (launch_ready_buckets)
+//   4. finish_backward        wait for the buckets, point each .grad at its slice
+// The special cases — a world of one, parameters without a gradient, waiting and
+// tracing — are small named helpers at the end, so the path above reads as the
+// algorithm. (examples/ddp_from_scratch.cpp is the same idea without buckets or overlap.)
 //
 // Traces (core/trace.h): each bucket's launch is an instant on the compute track
 // ("bucket 0 launch, 412 KB"; its all-reduce is then a slice on the comm track), and the
@@ -49,51 +57,68 @@ struct DistributedDataParallel::State {
     return b.flat.narrow(0, off, params[p].numel()).view(params[p].shape());
   }
 
-  void begin_backward() {
-    active = true;
-    std::fill(ready.begin(), ready.end(), false);
-    for (Bucket& b : buckets) b.pending = b.params.size(), b.work.reset();
-    next_to_launch = 0;
-    // At the very end of this backward: wait for every bucket, write back.
-    autograd::queue_callback([this] { finish_backward(); });
-  }
-
+  // 3. Parameter p's gradient is final for this backward: into its bucket,
+  // pre-divided by the world size (the all-reduce's sum is then the average).
   void mark_ready(size_t p, const Tensor& grad) {
     if (ready[p]) return;  // one gradient per parameter per backward
     ready[p] = true;
-    if (single) {  // nothing to average, nothing to send: only the bookkeeping
-      if (!grad.defined()) params[p].set_grad(zeros_like(params[p].detach()));
-      return;
-    }
+    if (single) return mark_ready_alone(p, grad);
     Tensor dst = slot(p);
     if (grad.defined())
-      mul_out(dst, grad, 1.0 / comm->size());  // pre-divided: the all-reduce then sums
+      mul_out(dst, grad, 1.0 / comm->size());
     else
       dst.zero_();  // an unused parameter (find_unused_parameters)
     --buckets[bucket_of[p]].pending;
     launch_ready_buckets();
   }
 
-  // Start every full bucket whose predecessors have all started.
+  // Start every full bucket whose predecessors have all started: every rank then
+  // issues the same all-reduces in the same order.
   void launch_ready_buckets() {
     while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
       size_t index = next_to_launch++;
-      Bucket& b = buckets[index];
-      if (trace::enabled())
-        trace::instant("bucket " + std::to_string(index) + " launch, " +
-                           trace::format_bytes(static_cast<double>(b.flat.nbytes())),
-                       "ddp",
-                       {trace::arg("bucket", static_cast<double>(index)),
-                        trace::arg("bytes", static_cast<double>(b.flat.nbytes())),
-                        trace::arg("parameters", static_cast<double>(b.params.size()))});
+      trace_launch(index);
       // A sum of gradients already divided by the world size: the average,
       // without a separate division pass over the bucket (PyTorch does the same).
-      b.work = comm->all_reduce_async(b.flat, Reduce::Sum);
+      buckets[index].work = comm->all_reduce_async(buckets[index].flat, Reduce::Sum);
     }
   }
 
+  // 4. The end of backward: every bucket reduced, each .grad its averaged slice.
   void finish_backward() {
     trace::Span span("DDP finish", "ddp");
+    handle_missing_gradients();
+    if (!single) {
+      wait_for_buckets();
+      // Averaged gradients into .grad, where the optimizer looks: the bucket's own
+      // slices (no copy), or copies when the user asked for them.
+      for (size_t p = 0; p < params.size(); ++p)
+        params[p].set_grad(grad_as_view ? slot(p) : slot(p).clone());
+    }
+    active = false;
+  }
+
+  // ---- helpers: the special cases and the bookkeeping around the algorithm
+
+  // The first gradient of a synchronising backward: reset the per-backward
+  // state, and have finish_backward run once the whole backward is done.
+  void begin_backward() {
+    active = true;
+    std::fill(ready.begin(), ready.end(), false);
+    for (Bucket& b : buckets) b.pending = b.params.size(), b.work.reset();
+    next_to_launch = 0;
+    autograd::queue_callback([this] { finish_backward(); });
+  }
+
+  // A world of one has nothing to average and sends nothing; a parameter
+  // without a gradient still gets zeros, as it would in a bigger world.
+  void mark_ready_alone(size_t p, const Tensor& grad) {
+    if (!grad.defined()) params[p].set_grad(zeros_like(params[p].detach()));
+  }
+
+  // Parameters that got no gradient in this backward: an error naming them, or
+  // (find_unused_parameters) zeros, so their buckets still complete.
+  void handle_missing_gradients() {
     std::vector<std::string> missing;
     for (size_t p = 0; p < params.size(); ++p)
       if (!ready[p]) missing.push_back(names[p]);
@@ -110,48 +135,47 @@ struct DistributedDataParallel::State {
     }
     for (size_t p = 0; p < params.size(); ++p)
       if (!ready[p]) mark_ready(p, Tensor());
-    if (single) {
-      active = false;
-      return;
-    }
-    auto wait_start = std::chrono::steady_clock::now();
+  }
+
+  // Wait for every bucket's all-reduce, in launch order, and count the time:
+  // the communication that backward did not hide (comm_wait_seconds).
+  void wait_for_buckets() {
+    auto start = std::chrono::steady_clock::now();
     {
       trace::Span wait("wait for all-reduces", "ddp");
-      for (Bucket& b : buckets) b.work->wait();  // in launch order
+      for (Bucket& b : buckets) b.work->wait();
     }
-    wait_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-    // Averaged gradients into .grad, where the optimizer looks: the bucket's own
-    // slices (no copy), or copies when the user asked for them.
-    for (size_t p = 0; p < params.size(); ++p)
-      params[p].set_grad(grad_as_view ? slot(p) : slot(p).clone());
-    active = false;
+    wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  void trace_launch(size_t index) const {
+    if (!trace::enabled()) return;
+    const Bucket& b = buckets[index];
+    trace::instant("bucket " + std::to_string(index) + " launch, " +
+                       trace::format_bytes(static_cast<double>(b.flat.nbytes())),
+                   "ddp",
+                   {trace::arg("bucket", static_cast<double>(index)),
+                    trace::arg("bytes", static_cast<double>(b.flat.nbytes())),
+                    trace::arg("parameters", static_cast<double>(b.params.size()))});
   }
 };
 
-DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicator& comm,
-                                                 DDPOptions options)
-    : module_(module), comm_(comm), options_(options), state_(std::make_shared<State>()) {
-  RG_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0, "DistributedDataParallel",
-           "expected positive bucket caps, got ", options.first_bucket_cap_mb, " and ",
-           options.bucket_cap_mb, " MB");
-  State& s = *state_;
-  s.comm = &comm;
-  s.find_unused = options.find_unused_parameters;
-  s.grad_as_view = options.gradient_as_bucket_view;
-  s.single = comm.size() == 1;
-  s.sync = &sync_;
+namespace {
 
-  // 1. Every replica starts from rank 0's values.
-  {
-    NoGradGuard no_grad;
-    for (auto& [name, t] : module.state_dict()) {
-      Tensor data = t.detach();
-      comm.broadcast(data, 0);
-    }
+// 1. Every replica starts from rank 0's values (parameters and buffers).
+void broadcast_from_rank0(nn::Module& module, Communicator& comm) {
+  NoGradGuard no_grad;
+  for (auto& [name, t] : module.state_dict()) {
+    Tensor data = t.detach();
+    comm.broadcast(data, 0);
   }
+}
 
-  // 2. Buckets, filled in reverse registration order; a dtype change starts a new one.
+// 2. Buckets, filled in reverse registration order (roughly the order backward
+// produces gradients); the first one small so communication starts early; a
+// dtype change starts a new one.
+void build_buckets(DistributedDataParallel::State& s, nn::Module& module, Communicator& comm,
+                   const DDPOptions& options) {
   for (auto& [name, p] : module.named_parameters())
     if (p.requires_grad()) s.names.push_back(name), s.params.push_back(p);
   s.bucket_of.resize(s.params.size());
@@ -185,17 +209,39 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
     b.flat = comm.symmetric_empty({numel}, {.dtype = last.dtype(), .device = last.device()});
     b.flat.zero_();
   }
+}
 
-  // 3. A hook per parameter: "my gradient is final for this backward".
-  std::weak_ptr<State> weak = state_;
-  for (size_t k = 0; k < s.params.size(); ++k) {
-    s.params[k].register_post_accumulate_grad_hook([weak, k](Tensor& p) {
-      std::shared_ptr<State> st = weak.lock();
-      if (!st || !*st->sync) return;  // DDP gone, or inside no_sync(): accumulate locally
-      if (!st->active) st->begin_backward();
-      st->mark_ready(k, p.grad());
+// 3. A hook per parameter: "my gradient is final for this backward".
+void register_hooks(const std::shared_ptr<DistributedDataParallel::State>& state) {
+  std::weak_ptr<DistributedDataParallel::State> weak = state;
+  for (size_t k = 0; k < state->params.size(); ++k) {
+    state->params[k].register_post_accumulate_grad_hook([weak, k](Tensor& p) {
+      auto s = weak.lock();
+      if (!s || !*s->sync) return;  // DDP gone, or inside no_sync(): accumulate locally
+      if (!s->active) s->begin_backward();
+      s->mark_ready(k, p.grad());
     });
   }
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicator& comm,
+                                                 DDPOptions options)
+    : module_(module), comm_(comm), options_(options), state_(std::make_shared<State>()) {
+  RG_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0, "DistributedDataParallel",
+           "expected positive bucket caps, got ", options.first_bucket_cap_mb, " and ",
+           options.bucket_cap_mb, " MB");
+  State& s = *state_;
+  s.comm = &comm;
+  s.find_unused = options.find_unused_parameters;
+  s.grad_as_view = options.gradient_as_bucket_view;
+  s.single = comm.size() == 1;
+  s.sync = &sync_;
+
+  broadcast_from_rank0(module, comm);       // 1.
+  build_buckets(s, module, comm, options);  // 2.
+  register_hooks(state_);                   // 3. (4. runs at the end of each backward)
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;

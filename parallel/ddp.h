@@ -8,7 +8,10 @@
 //      loss.backward();    // buckets are all-reduced while backward still runs
 //      opt.step();         // every rank applies the same averaged gradient
 //
-// How it works (the article's algorithm, with PyTorch DDP's engineering):
+// Start with examples/ddp_from_scratch.cpp: the same idea in one page (broadcast,
+// then one blocking ring all-reduce per gradient from a hook). This is that idea
+// with buckets and overlap. How it works (PyTorch DDP's engineering; ddp.cpp
+// follows these steps in order):
 //  1. Construction broadcasts rank 0's parameters and buffers: every replica starts equal.
 //  2. Parameters are grouped into buckets of ~25 MB, in reverse order of
 //     registration (roughly the order backward produces their gradients), the

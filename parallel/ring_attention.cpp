@@ -95,6 +95,18 @@ struct Ring {
 
   // The kernel's options for one (query piece, key piece) pair, with their global
   // offsets; false when, causally, every key of the pair comes after every query.
+  //
+  // Under the causal zigzag this one rule gives three cases. Rank r holds query
+  // halves q0 = chunk r and q1 = chunk 2N−1−r; the block of rank j brings key/value
+  // halves k0 = chunk j and k1 = chunk 2N−1−j. A "unit" is one full chunk × chunk:
+  //
+  //     block from               (q0,k0)    (q0,k1)   (q1,k0)   (q1,k1)    work
+  //     itself (step 0, j = r)   diagonal   skipped   full      diagonal   2 units
+  //     an earlier rank (j < r)  full       skipped   full      skipped    2 units
+  //     a later rank (j > r)     skipped    skipped   full      full       2 units
+  //
+  // (diagonal: causal within the pair, half a unit.) So every rank does two units at
+  // every step: the load balance the zigzag layout exists for.
   bool pair(const ShardPiece& qp, const ShardPiece& kp, AttentionOptions& o) const {
     if (causal && kp.global_start > qp.global_start + qp.length - 1) return false;
     o = base;
