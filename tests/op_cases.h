@@ -125,6 +125,11 @@ struct Flags {
   // Backends: the dtypes the comparison runs in (the gradcheck is always float64).
   std::vector<rg::DType> dtypes = {rg::kFloat32};
   rg::GradcheckOptions grad = {};  // the gradcheck's eps and tolerances
+  // Sized for a GPU (hundreds of millions of elements): the backends harness runs
+  // it only where a CUDA device is present (the CPU reference once), and it is
+  // never gradchecked. Such a case makes its big tensors inside the call, with
+  // env.options(), and returns something small enough to compare.
+  bool large = false;
 };
 
 struct OpCase {

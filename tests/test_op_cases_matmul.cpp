@@ -55,6 +55,20 @@ std::vector<OpCase> matmul_cases() {
        {.non_contiguous = true}},
       {"matmul:p.t()@q.t()", shapes({4, 3}, {2, 4}),
        [](const V& in) { return rg::matmul(in[0].t(), in[1].t()); }},
+      // ---- what cuBLAS could get wrong: an empty inner dim, a batch stride of 0, float64, TF32
+      {"matmul:k=0", shapes({3, 0}, {0, 4}), mm},  // all zeros; cuBLAS must not read C
+      {"matmul:(7,3,4)@(4,5)", shapes({7, 3, 4}, {4, 5}), mm},  // B shared: batch stride 0
+      {"matmul:float64", shapes({33, 65}, {65, 17}), mm,
+       {.gradcheck = false, .tol = 1e-10, .dtypes = {rg::kFloat64}}},
+      // TF32 tensor cores (10-bit mantissa inputs): close to float32, not equal.
+      {"matmul:tf32", shapes({64, 128}, {128, 32}),
+       [](const V& in) {
+         rg::cuda::set_allow_tf32(true);
+         rg::Tensor out = rg::matmul(in[0], in[1]);
+         rg::cuda::set_allow_tf32(false);
+         return out;
+       },
+       {.gradcheck = false, .tol = 2e-2}},
       {"matmul:batched-transpose", shapes({2, 4, 3}, {2, 2, 4}),
        [](const V& in) { return rg::matmul(in[0].transpose(-1, -2), in[1].transpose(1, 2)); }},
   };

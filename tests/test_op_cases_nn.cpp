@@ -246,6 +246,20 @@ std::vector<OpCase> nn_cases() {
          s = rg::masked_fill(s, in[3], -1e9);
          return rg::matmul(rg::softmax(s, -1), in[2]);
        }},
+
+      // GPU only: more than 2^31 elements, which cuDNN takes in slices along outer
+      // (its dims are int); compared through each row's sum, max and min.
+      {"large:softmax-2^31",
+       [](Env&) { return V{}; },
+       [](const V&, const Env& env) {
+         const int64_t rows = (int64_t(1) << 21) + 3, r = 1024;  // 2^31 + 3072 elements
+         rg::Tensor x = rg::full({rows, r}, 0.5, env.options()) +
+                        rg::arange(r, env.options()).reshape({1, r}) * 0.01;
+         rg::Tensor y = rg::softmax(x, 1);
+         // every row sums to 1, and the last row (in the last slice) has the right values
+         return rg::cat({y.sum(1), y.select(0, rows - 1) * double(r)}, 0);
+       },
+       {.gradcheck = false, .tol = 1e-3, .large = true}},
   };
 }
 

@@ -94,6 +94,51 @@ std::vector<OpCase> reduction_cases() {
        },
        [](const V& in) { return rg::argmin(in[0], 0).to(in[0].dtype()); },
        {.gradcheck = false}},
+
+      // ---- long rows and tall columns: the GPU cuts r into pieces, one block
+      // each, and merges the pieces (core/cuda/block_reduce.cuh)
+      {"sum:long-row",
+       [](Env& e) {
+         return V{e.leaf({2, 300001})};
+       },
+       [](const V& in) { return rg::sum(in[0], {1}); },
+       {.gradcheck = false}},
+      {"sum:all-long", [](Env& e) { return V{e.leaf({600001})}; },
+       [](const V& in) { return in[0].sum(); }, {.gradcheck = false}},
+      {"sum:tall-columns", [](Env& e) { return V{e.leaf({50001, 3})}; },
+       [](const V& in) { return rg::sum(in[0], {0}); }, {.gradcheck = false}},
+      {"amax:tall-columns", [](Env& e) { return V{e.leaf({50001, 3})}; },
+       [](const V& in) { return rg::amax(in[0], {0}); }, {.gradcheck = false}},
+      {"logsumexp:long-row", [](Env& e) { return V{e.leaf({3, 200003}, -5.0, 5.0)}; },
+       [](const V& in) { return rg::logsumexp(in[0], {1}); }, {.gradcheck = false}},
+      // many ties over pieces: the first position must win, as in a scan
+      {"argmax:long-row-ties",
+       [](Env& e) {
+         std::vector<double> v(2 * 100003);
+         for (size_t i = 0; i < v.size(); ++i) v[i] = double((i * 7919) % 13);
+         return V{e.constant_of(v, {2, 100003})};
+       },
+       [](const V& in) {
+         return rg::stack({rg::argmax(in[0], 1), rg::argmin(in[0], 1)}).to(in[0].dtype());
+       },
+       {.gradcheck = false}},
+      // bool sums count the true values, into int64
+      {"sum:bool",
+       [](Env& e) {
+         return V{e.mask({1, 0, 1, 1, 0, 1, 1, 1, 0, 0, 1, 1}, {3, 4})};
+       },
+       [](const V& in) {
+         return rg::cat({rg::sum(in[0], {1}), rg::sum(in[0]).unsqueeze(0)}, 0).to(rg::kFloat32);
+       },
+       {.gradcheck = false}},
+      // GPU only: 150M elements, more than one grid-stride pass (65535·8 blocks × 256)
+      {"large:sum-150M",
+       [](Env&) { return V{}; },
+       [](const V&, const Env& env) {
+         rg::Tensor x = rg::full({150'000'000}, 0.25, env.options());
+         return rg::stack({x.sum(), rg::amax(x * 2.0 + 1.0, {0})});
+       },
+       {.gradcheck = false, .large = true}},
   };
 }
 

@@ -103,6 +103,22 @@ std::vector<OpCase> shape_cases() {
        },
        [](const V& in) { return rg::scatter_add(in[0], 0, in[2], in[1]); }},
 
+      // int64 data: 64-bit atomics on the GPU
+      {"index_add:int64",
+       [](Env& e) {
+         return V{e.index({1, 2, 3, 4, 5, 6, 7, 8}, {4, 2}), e.index({10, 20, 30, 40}, {2, 2}),
+                  e.index({3, 3})};
+       },
+       [](const V& in) { return rg::index_add(in[0], 0, in[2], in[1]).to(rg::kFloat64); },
+       {.gradcheck = false}},
+      {"scatter_add:int64",
+       [](Env& e) {
+         return V{e.index({1, 2, 3, 4, 5, 6}, {2, 3}), e.index({7, 8, 9, 10}, {2, 2}),
+                  e.index({2, 2, 0, 2}, {2, 2})};
+       },
+       [](const V& in) { return rg::scatter_add(in[0], 1, in[2], in[1]).to(rg::kFloat64); },
+       {.gradcheck = false}},
+
       // ---- cat / stack
       {"cat_stack",
        [](Env& e) {

@@ -62,6 +62,7 @@ std::string check_inputs(const OpCase& c, const V& inputs, rg::Device device) {
     any_strided = any_strided || !x.is_contiguous();
   }
   if (c.flags.gradcheck && !any_grad) return "gradcheck is set but no input requires grad";
+  if (c.flags.gradcheck && c.flags.large) return "a large case cannot be gradchecked";
   if (c.flags.non_contiguous && !any_strided)
     return "non_contiguous is set but every input is contiguous";
   return "";

@@ -1,4 +1,4 @@
-// gemm.cu — matmul through cuBLAS, transposes as flags, one strided-batched call.
+// gemm.cu — matmul through cuBLAS, transposes as flags, one strided-batched call (64-bit sizes).
 //
 // cuBLAS is column-major and our tensors are row-major. A row-major C (m×n) is
 // the column-major matrix Cᵀ (n×m), and Cᵀ = Bᵀ·Aᵀ, so we ask cuBLAS for
@@ -38,11 +38,12 @@ void CudaBackend::gemm(const GemmArgs& g) {
   const void* alpha = g.dtype == kFloat64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = g.dtype == kFloat64 ? static_cast<const void*>(&beta_d) : &beta_f;
   // k == 0 is a valid product (all zeros): cuBLAS then only scales C by beta.
-  RG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      cublas_handle(), op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m),
-      static_cast<int>(g.k), alpha, g.b, type, static_cast<int>(ld_b), g.b_batch_stride, g.a, type,
-      static_cast<int>(ld_a), g.a_batch_stride, beta, g.c, type, static_cast<int>(g.ldc()),
-      g.c_batch_stride, static_cast<int>(g.batch), compute, CUBLAS_GEMM_DEFAULT));
+  // The _64 entry point takes every size and leading dimension as int64: a
+  // dimension of 2^31 or more (a 139 GB card holds such tensors) is not truncated.
+  RG_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      cublas_handle(), op_b, op_a, g.n, g.m, g.k, alpha, g.b, type, ld_b, g.b_batch_stride, g.a,
+      type, ld_a, g.a_batch_stride, beta, g.c, type, g.ldc(), g.c_batch_stride, g.batch, compute,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace ringgrad::cuda

@@ -1,29 +1,45 @@
 // loss.cu — cross-entropy on the GPU (core/cpu/loss.cpp on the CPU).
 //
-// Forward: one thread per row of logits computes its log-sum-exp (kept for
-// backward) and the loss, with label smoothing and ignore_index. Backward: one
+// Forward: a block of threads per row of logits computes its log-sum-exp (kept
+// for backward) and the loss, with label smoothing and ignore_index. Backward: one
 // thread per logit, dx = g·(softmax − target distribution). Target indices are
 // checked on the host first (a kernel cannot throw).
+#include <algorithm>
 #include <cmath>
 
+#include "ringgrad/core/cuda/block_reduce.cuh"
 #include "ringgrad/core/cuda/cuda_backend.h"
 
 namespace ringgrad::cuda {
 namespace {
 
+// What a row's loss needs: its log-sum-exp and the sum of its logits (for label
+// smoothing), folded together in one pass (core/reduce_math.h's states).
+template <typename T>
+struct RowState {
+  math::LogSumExpState<T> lse;
+  math::SumState<double> total;
+  __device__ void add(T x, int64_t k) { lse.add(x, k), total.add(x, k); }
+  __device__ void merge(const RowState& o) { lse.merge(o.lse), total.merge(o.total); }
+};
+
+// A block per row (grid-stride over rows): the threads share the row's classes.
 template <typename T>
 __global__ void cross_entropy_kernel(const T* logits, const int64_t* target, T* loss, T* lse,
                                      int64_t n, int64_t c, T eps, int64_t ignore_index) {
-  RG_GRID_LOOP(i, n) {
+  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const T* x = logits + i * c;
-    T m = -INFINITY;
-    for (int64_t j = 0; j < c; ++j) m = math::maximum(m, x[j]);
-    T sum = 0, total = 0;
-    for (int64_t j = 0; j < c; ++j) sum += std::exp(x[j] - m), total += x[j];
-    lse[i] = m + std::log(sum);
-    loss[i] = target[i] == ignore_index
-                  ? T(0)
-                  : lse[i] - (T(1) - eps) * x[target[i]] - eps * total / static_cast<T>(c);
+    RowState<T> s;
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) s.add(x[j], j);
+    s = merge_block_columns(s, 1, blockDim.x);
+    if (threadIdx.x == 0) {
+      const T row_lse = s.lse.result();
+      lse[i] = row_lse;
+      const T total = static_cast<T>(s.total.result());
+      loss[i] = target[i] == ignore_index
+                    ? T(0)
+                    : row_lse - (T(1) - eps) * x[target[i]] - eps * total / static_cast<T>(c);
+    }
   }
 }
 
@@ -51,7 +67,8 @@ void CudaBackend::cross_entropy(const TensorRef& logits, const TensorRef& target
   check_indices_on_host(target, n, c, "cross_entropy", /*allow_negative=*/false, ignore_index);
   if (n == 0) return;
   dispatch_floating(logits.dtype, "cross_entropy", [&]<typename T>() {
-    cross_entropy_kernel<T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
+    const unsigned rows = static_cast<unsigned>(std::min<int64_t>(n, 65535 * 8));
+    cross_entropy_kernel<T><<<rows, kBlock, 0, compute_stream()>>>(
         static_cast<const T*>(logits.data), static_cast<const int64_t*>(target.data),
         static_cast<T*>(loss.data), static_cast<T*>(lse.data), n, c, static_cast<T>(smoothing),
         ignore_index);

@@ -1,9 +1,8 @@
 // reduce.cu — CUDA reductions and softmax over [outer, r, inner] blocks (cross-entropy: loss.cu).
 //
-// Reductions: one thread per output element walks its r inputs
-// (stride `inner`): simple and exact, and enough for the row sizes of the
-// examples (class counts, sequence lengths). A block-cooperative version for very
-// long rows is the obvious next step once a GPU can measure it.
+// Reductions: the states of core/reduce_math.h, a block of threads per output
+// (or per piece of a long row, pieces then merged): block_reduce.cuh. A full
+// reduction of 10^8 floats uses every multiprocessor, not one thread.
 //
 // Softmax and log-softmax, forward and backward, go to cuDNN (legacy API,
 // cudnnSoftmaxForward / cudnnSoftmaxBackward in libcudnn_ops). Our [outer, r, inner]
@@ -16,82 +15,11 @@
 #include <cfloat>
 #include <climits>
 
+#include "ringgrad/core/cuda/block_reduce.cuh"
 #include "ringgrad/core/cuda/cuda_backend.h"
 
 namespace ringgrad::cuda {
 namespace {
-
-template <typename T>
-struct Acc {
-  using type = T;
-};
-template <>
-struct Acc<float> {
-  using type = double;
-};  // float sums in double, as on the CPU
-
-template <typename T>
-__device__ T lowest() {
-  if constexpr (std::is_floating_point_v<T>)
-    return -INFINITY;
-  else
-    return INT64_MIN;
-}
-template <typename T>
-__device__ T highest() {
-  if constexpr (std::is_floating_point_v<T>)
-    return INFINITY;
-  else
-    return INT64_MAX;
-}
-
-template <typename T, typename Out>
-__global__ void reduce_kernel(ReduceOp op, const T* in, Out* out, int64_t outer, int64_t r,
-                              int64_t inner) {
-  RG_GRID_LOOP(oj, outer * inner) {
-    const T* x = in + (oj / inner) * r * inner + oj % inner;
-    if (op == ReduceOp::Sum) {
-      typename Acc<T>::type s = 0;
-      for (int64_t k = 0; k < r; ++k) s += x[k * inner];
-      out[oj] = static_cast<Out>(s);
-    } else if (op == ReduceOp::Max || op == ReduceOp::Min) {
-      T m = op == ReduceOp::Max ? lowest<T>() : highest<T>();
-      for (int64_t k = 0; k < r; ++k)
-        m = op == ReduceOp::Max ? math::maximum(m, x[k * inner]) : math::minimum(m, x[k * inner]);
-      out[oj] = static_cast<Out>(m);
-    } else if (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin) {
-      int64_t best = 0;
-      T bv = x[0];
-      for (int64_t k = 1; k < r && bv == bv; ++k) {
-        T v = x[k * inner];
-        if (v != v || (op == ReduceOp::ArgMax ? v > bv : v < bv)) bv = v, best = k;
-      }
-      out[oj] = static_cast<Out>(best);
-    } else {  // LogSumExp
-      if constexpr (std::is_floating_point_v<T>) {
-        T m = -INFINITY;
-        for (int64_t k = 0; k < r; ++k) m = math::maximum(m, x[k * inner]);
-        if (std::isinf(m)) {
-          out[oj] = static_cast<Out>(m);
-          continue;
-        }
-        double s = 0;
-        for (int64_t k = 0; k < r; ++k) s += std::exp(double(x[k * inner] - m));
-        out[oj] = static_cast<Out>(m + std::log(s));
-      }
-    }
-  }
-}
-
-__global__ void count_true_kernel(const bool* in, int64_t* out, int64_t outer, int64_t r,
-                                  int64_t inner) {
-  RG_GRID_LOOP(oj, outer * inner) {
-    const bool* x = in + (oj / inner) * r * inner + oj % inner;
-    int64_t s = 0;
-    for (int64_t k = 0; k < r; ++k) s += x[k * inner];
-    out[oj] = s;
-  }
-}
 
 template <typename T>
 __global__ void softmax_kernel(const T* in, T* out, int64_t outer, int64_t r, int64_t inner,
@@ -130,24 +58,36 @@ __global__ void softmax_backward_kernel(const T* g, const T* y, T* dx, int64_t o
 
 void CudaBackend::reduce(ReduceOp op, const TensorRef& in, const TensorRef& out, int64_t outer,
                          int64_t r, int64_t inner) {
-  int64_t n = outer * inner;
-  if (n == 0) return;
-  if (op == ReduceOp::Sum && in.dtype == DType::Bool) {
-    count_true_kernel<<<blocks_for(n), kBlock, 0, compute_stream()>>>(
-        static_cast<const bool*>(in.data), static_cast<int64_t*>(out.data), outer, r, inner);
-  } else {
-    dispatch_numeric(in.dtype, "reduce", [&]<typename T>() {
-      RG_CHECK(op != ReduceOp::LogSumExp || std::is_floating_point_v<T>, "logsumexp",
-               "expected a floating dtype, got ", in.dtype);
-      if (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin)
-        reduce_kernel<T, int64_t><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
-            op, static_cast<const T*>(in.data), static_cast<int64_t*>(out.data), outer, r, inner);
-      else
-        reduce_kernel<T, T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
-            op, static_cast<const T*>(in.data), static_cast<T*>(out.data), outer, r, inner);
-    });
+  using namespace math;
+  if (op == ReduceOp::Sum && in.dtype == DType::Bool) {  // the count of true values
+    launch_reduce<SumState<int64_t>>(static_cast<const bool*>(in.data),
+                                     static_cast<int64_t*>(out.data), outer, r, inner);
+    return;
   }
-  RG_CUDA_CHECK_LAUNCH();
+  dispatch_numeric(in.dtype, "reduce", [&]<typename T>() {
+    const T* x = static_cast<const T*>(in.data);
+    T* y = static_cast<T*>(out.data);
+    int64_t* index = static_cast<int64_t*>(out.data);
+    // Float sums accumulate in double, as on the CPU.
+    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+    switch (op) {
+      case ReduceOp::Sum:
+        return launch_reduce<SumState<Acc>>(x, y, outer, r, inner);
+      case ReduceOp::Max:
+        return launch_reduce<ExtremeState<T, true>>(x, y, outer, r, inner);
+      case ReduceOp::Min:
+        return launch_reduce<ExtremeState<T, false>>(x, y, outer, r, inner);
+      case ReduceOp::ArgMax:
+        return launch_reduce<ArgState<T, true>>(x, index, outer, r, inner);
+      case ReduceOp::ArgMin:
+        return launch_reduce<ArgState<T, false>>(x, index, outer, r, inner);
+      case ReduceOp::LogSumExp:
+        if constexpr (std::is_floating_point_v<T>)
+          return launch_reduce<LogSumExpState<T>>(x, y, outer, r, inner);
+        else
+          fail("logsumexp", "expected a floating dtype, got ", in.dtype);
+    }
+  });
 }
 
 // ---------------------------------------------------------------- softmax through cuDNN

@@ -67,6 +67,17 @@ std::mutex& cudnn_mutex() {
 // the memory belong to whichever device is current then.
 void set_device(int index) { RG_CUDA_CHECK(cudaSetDevice(index)); }
 
+// Asked once: the reductions size their grids by it (block_reduce.cuh).
+int64_t multiprocessor_count() {
+  static const int64_t count = [] {
+    int device = 0, n = 0;
+    RG_CUDA_CHECK(cudaGetDevice(&device));
+    RG_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return static_cast<int64_t>(n > 0 ? n : 1);
+  }();
+  return count;
+}
+
 bool tf32_allowed() { return allow_tf32; }
 void set_allow_tf32(bool allow) { allow_tf32 = allow; }  // read by gemm.cu
 
