@@ -152,3 +152,32 @@ TEST_CASE("backends: every op of the op table matches the CPU on every available
                                         << " op cases x dtypes ran on the CPU only");
   }
 }
+
+// The GPU checks indices inside the kernels (core/cuda/device_errors.cuh): a bad
+// one is skipped there and raised by the host at its next synchronisation, with
+// the op, the index and the allowed range — never a wild write, never silence.
+TEST_CASE("backends: a bad index on the GPU is an error at the next synchronisation") {
+  if (rg::cuda::device_count() == 0) {
+    std::string build = rg::cuda::is_built() ? "built with CUDA" : "built without CUDA";
+    MESSAGE("SKIPPED: no CUDA device (" << build << "): deferred index errors not exercised");
+    return;
+  }
+  const rg::Device gpu = rg::Device::cuda(0);
+  rg::Tensor x = rg::randn({5, 3}, {.device = gpu});
+  rg::Tensor bad = rg::from_vector<int64_t>({0, 7}, {2}).to(gpu);
+  std::string err = test::error_of([&] {
+    rg::Tensor y = rg::index_select(x, 0, bad);
+    y.sum().item();  // the first read of a result: the host synchronises here
+  });
+  CHECK_CONTAINS(err, "[index_select] expected indices in [-5, 5) for a dim of size 5, got 7");
+  CHECK_CONTAINS(err, "found on the GPU");
+  // reported once: the next op runs normally
+  rg::Tensor good = rg::from_vector<int64_t>({4, -5}, {2}).to(gpu);
+  CHECK(rg::index_select(x, 0, good).sum().item() ==
+        doctest::Approx(rg::index_select(x.to(rg::kCPU), 0, good.to(rg::kCPU)).sum().item()));
+  // a class label out of range in cross-entropy
+  rg::Tensor logits = rg::randn({2, 4}, {.device = gpu});
+  rg::Tensor labels = rg::from_vector<int64_t>({1, 9}, {2}).to(gpu);
+  CHECK_CONTAINS(test::error_of([&] { rg::nn::cross_entropy(logits, labels).item(); }),
+                 "[cross_entropy] expected class indices in [0, 4), got 9");
+}

@@ -63,6 +63,24 @@ TEST_CASE("backends: host-to-device copies through the staging buffers arrive in
     }
   }
 
+  SUBCASE("many small copies, not waited for, round the 4 MiB pinned ring and past it") {
+    // Labels-sized copies (below 64 KiB) go through a pinned ring with an event per
+    // copy; 600 of up to 16 KiB wrap it more than once while the GPU is busy.
+    rg::Tensor busy = rg::randn({2048, 2048}, {.device = gpu});
+    std::vector<rg::Tensor> expected, on_gpu;
+    for (int i = 0; i < 600; ++i) {
+      if (i % 50 == 0) busy = rg::matmul(busy, busy) * 1e-3;  // keep the stream behind
+      rg::Tensor host = rg::randint(0, 1000, {1 + (i * 37) % 2048});
+      expected.push_back(host.clone());
+      on_gpu.push_back(host.to(gpu));
+      host.fill_(-1.0);  // the ring holds the values as they were at .to()
+    }
+    for (size_t i = 0; i < on_gpu.size(); ++i) {
+      CAPTURE(i);
+      CHECK(same(on_gpu[i].to(rg::kCPU), expected[i]));
+    }
+  }
+
   SUBCASE("a float64 view with an offset, and int64") {
     rg::Tensor big = rg::randn({3, 20000}, {.dtype = rg::kFloat64});
     rg::Tensor row = big.slice(0, 1, 3);  // contiguous, starts 160 000 bytes in

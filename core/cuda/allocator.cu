@@ -16,12 +16,14 @@
 // for an event (see PinnedAllocator).
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "ringgrad/core/cuda/cuda_backend.h"
+#include "ringgrad/core/cuda/device_errors.cuh"
 #include "ringgrad/core/cuda/pinned.h"
 
 namespace ringgrad::cuda {
@@ -217,7 +219,7 @@ PinnedAllocator& pinned_allocator() {
 }
 
 // Copies from pageable memory of at least this size go through the staging
-// buffers; smaller ones are left to the driver (see copy_from_host).
+// buffers; smaller ones through a pinned ring (SmallStaging, below).
 constexpr size_t kStageMin = size_t(64) << 10;
 constexpr size_t kStageChunk = size_t(8) << 20;  // each buffer holds at most this much
 
@@ -306,12 +308,106 @@ Staging& staging() {
   return *instance;
 }
 
+// Small copies from pageable memory (a batch's labels, a scalar): a 4 MiB pinned
+// ring, carved in order. Each copy records an event after its DMA, and a region
+// of the ring is written again only after the events of the copies that used it
+// have completed. By the time the ring comes round (thousands of label batches
+// later) they long have: the host almost never waits, and never for the whole
+// stream — where the driver's own path for pageable memory had to wait each time
+// (the caller may change its buffer as soon as the copy returns).
+class SmallStaging {
+ public:
+  static constexpr size_t kCapacity = size_t(4) << 20;
+  static constexpr size_t kAlign = 256;
+
+  // Queues dst <- src (nbytes < kStageMin); false when no pinned memory is to be
+  // had (the caller then takes the waited-for path).
+  bool copy(void* dst, const void* src, size_t nbytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!ring_ && !allocate()) return false;
+    retire_completed();
+    const size_t n = (nbytes + kAlign - 1) / kAlign * kAlign;
+    if (head_ + n > kCapacity) head_ = 0;  // wrap: the oldest copies sit at the start
+    // Wait for the copies still reading [head_, head_ + n): the oldest ones.
+    while (!inflight_.empty() && inflight_.front().begin < head_ + n &&
+           head_ < inflight_.front().end) {
+      RG_CUDA_CHECK(cudaEventSynchronize(inflight_.front().done));
+      retire_front();
+    }
+    char* slot = ring_ + head_;
+    std::memcpy(slot, src, nbytes);
+    RG_CUDA_CHECK(cudaMemcpyAsync(dst, slot, nbytes, cudaMemcpyHostToDevice, compute_stream()));
+    cudaEvent_t done = take_event();
+    RG_CUDA_CHECK(cudaEventRecord(done, compute_stream()));
+    inflight_.push_back({head_, head_ + n, done});
+    head_ += n;
+    return true;
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (!inflight_.empty()) {
+      RG_CUDA_CHECK(cudaEventSynchronize(inflight_.front().done));
+      retire_front();
+    }
+    if (ring_) RG_CUDA_CHECK(cudaFreeHost(ring_));
+    ring_ = nullptr;
+    head_ = 0;
+  }
+
+ private:
+  struct Inflight {
+    size_t begin, end;  // the region of the ring the copy reads
+    cudaEvent_t done;   // recorded after its DMA
+  };
+
+  bool allocate() {
+    if (cudaMallocHost(reinterpret_cast<void**>(&ring_), kCapacity) != cudaSuccess) {
+      cudaGetLastError();  // out of page-locked memory is not sticky: clear it
+      ring_ = nullptr;
+      return false;
+    }
+    return true;
+  }
+  // Drop the copies already finished (oldest first), keeping their events for reuse.
+  void retire_completed() {
+    while (!inflight_.empty() && cudaEventQuery(inflight_.front().done) == cudaSuccess)
+      retire_front();
+  }
+  void retire_front() {
+    free_events_.push_back(inflight_.front().done);
+    inflight_.pop_front();
+  }
+  cudaEvent_t take_event() {
+    if (!free_events_.empty()) {
+      cudaEvent_t e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    RG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+
+  std::mutex mutex_;
+  char* ring_ = nullptr;
+  size_t head_ = 0;
+  std::deque<Inflight> inflight_;
+  std::vector<cudaEvent_t> free_events_;
+};
+
+SmallStaging& small_staging() {
+  static auto* instance = new SmallStaging;  // outlives every static Tensor
+  return *instance;
+}
+
 }  // namespace
 
 void release_cached_memory() {
   if (device_count() == 0) return;
   allocator().release();
   staging().release();
+  small_staging().release();
 }
 
 void* allocate_pinned(size_t nbytes) {
@@ -329,6 +425,7 @@ void CudaBackend::deallocate(void* ptr, size_t nbytes) { allocator().deallocate(
 void CudaBackend::copy_to_host(void* host_dst, const void* src, size_t nbytes) {
   RG_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, nbytes, cudaMemcpyDeviceToHost, compute_stream()));
   RG_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+  raise_device_error();  // a bad index an earlier kernel found (device_errors.cuh)
 }
 
 // Host-to-device copies are queued on the compute stream, in order with the ops
@@ -345,8 +442,8 @@ void CudaBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes)
     RG_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, compute_stream()));
   } else if (nbytes >= kStageMin) {
     staging().copy(dst, host_src, nbytes);  // pageable: through a pinned buffer, not waited for
-  } else {
-    // Small and pageable: the driver stages it, and may return before it has read
+  } else if (!small_staging().copy(dst, host_src, nbytes)) {  // small: the pinned ring
+    // No pinned memory: the driver stages it, and may return before it has read
     // all of host_src; the caller may free or change host_src next, so wait.
     RG_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, nbytes, cudaMemcpyHostToDevice, compute_stream()));
     RG_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));

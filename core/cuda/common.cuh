@@ -121,9 +121,4 @@ inline unsigned blocks_for(int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
-// Copy int64 indices to the host and check them: a kernel cannot throw, and a
-// bad class label or token id must be an error, not a wild write.
-void check_indices_on_host(const TensorRef& index, int64_t count, int64_t limit, const char* op,
-                           bool allow_negative = true, int64_t ignore_value = INT64_MIN);
-
 }  // namespace ringgrad::cuda

@@ -2,13 +2,15 @@
 //
 // Forward: a block of threads per row of logits computes its log-sum-exp (kept
 // for backward) and the loss, with label smoothing and ignore_index. Backward: one
-// thread per logit, dx = g·(softmax − target distribution). Target indices are
-// checked on the host first (a kernel cannot throw).
+// thread per logit, dx = g·(softmax − target distribution). The forward checks
+// each target index on the GPU; a bad one is an error at the host's next
+// synchronisation (device_errors.cuh).
 #include <algorithm>
 #include <cmath>
 
 #include "ringgrad/core/cuda/block_reduce.cuh"
 #include "ringgrad/core/cuda/cuda_backend.h"
+#include "ringgrad/core/cuda/device_errors.cuh"
 
 namespace ringgrad::cuda {
 namespace {
@@ -26,7 +28,8 @@ struct RowState {
 // A block per row (grid-stride over rows): the threads share the row's classes.
 template <typename T>
 __global__ void cross_entropy_kernel(const T* logits, const int64_t* target, T* loss, T* lse,
-                                     int64_t n, int64_t c, T eps, int64_t ignore_index) {
+                                     int64_t n, int64_t c, T eps, int64_t ignore_index,
+                                     DeviceError* err) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const T* x = logits + i * c;
     RowState<T> s;
@@ -36,9 +39,11 @@ __global__ void cross_entropy_kernel(const T* logits, const int64_t* target, T* 
       const T row_lse = s.lse.result();
       lse[i] = row_lse;
       const T total = static_cast<T>(s.total.result());
-      loss[i] = target[i] == ignore_index
+      const int64_t t = target[i];
+      // ignore_index, or a bad class index (skipped here, an error at the next sync)
+      loss[i] = t == ignore_index || !index_ok(err, IndexOp::CrossEntropy, t, 0, c)
                     ? T(0)
-                    : row_lse - (T(1) - eps) * x[target[i]] - eps * total / static_cast<T>(c);
+                    : row_lse - (T(1) - eps) * x[t] - eps * total / static_cast<T>(c);
     }
   }
 }
@@ -64,14 +69,13 @@ __global__ void cross_entropy_backward_kernel(const T* g, const T* logits, const
 void CudaBackend::cross_entropy(const TensorRef& logits, const TensorRef& target,
                                 const TensorRef& loss, const TensorRef& lse, int64_t n, int64_t c,
                                 double smoothing, int64_t ignore_index) {
-  check_indices_on_host(target, n, c, "cross_entropy", /*allow_negative=*/false, ignore_index);
   if (n == 0) return;
   dispatch_floating(logits.dtype, "cross_entropy", [&]<typename T>() {
     const unsigned rows = static_cast<unsigned>(std::min<int64_t>(n, 65535 * 8));
     cross_entropy_kernel<T><<<rows, kBlock, 0, compute_stream()>>>(
         static_cast<const T*>(logits.data), static_cast<const int64_t*>(target.data),
         static_cast<T*>(loss.data), static_cast<T*>(lse.data), n, c, static_cast<T>(smoothing),
-        ignore_index);
+        ignore_index, device_error_slot());
   });
   RG_CUDA_CHECK_LAUNCH();
 }

@@ -2,10 +2,12 @@
 //
 // Every op runs on one compute stream (made on first use, on the device current
 // then); memory and copies are in allocator.cu.
+#include <cstring>
 #include <mutex>
 #include <vector>
 
 #include "ringgrad/core/cuda/cuda_backend.h"
+#include "ringgrad/core/cuda/device_errors.cuh"
 
 namespace ringgrad {
 
@@ -24,6 +26,12 @@ namespace cuda {
 namespace {
 
 bool allow_tf32 = false;
+
+// The host's view of the device error slot (null until a kernel needed it).
+DeviceError*& host_error_slot() {
+  static DeviceError* slot = nullptr;
+  return slot;
+}
 
 }  // namespace
 
@@ -82,18 +90,40 @@ bool tf32_allowed() { return allow_tf32; }
 void set_allow_tf32(bool allow) { allow_tf32 = allow; }  // read by gemm.cu
 
 void synchronize() {
-  if (device_count() > 0) RG_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+  if (device_count() == 0) return;
+  RG_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+  raise_device_error();
 }
 
-void check_indices_on_host(const TensorRef& index, int64_t count, int64_t limit, const char* op,
-                           bool allow_negative, int64_t ignore_value) {
-  std::vector<int64_t> host(static_cast<size_t>(count));
-  if (count > 0) CudaBackend().copy_to_host(host.data(), index.data, host.size() * sizeof(int64_t));
-  for (int64_t v : host) {
-    if (v == ignore_value) continue;
-    int64_t lo = allow_negative ? -limit : 0;
-    if (v < lo || v >= limit) fail(op, "expected indices in [", lo, ", ", limit, "), got ", v);
-  }
+DeviceError* device_error_slot() {
+  static DeviceError* slot = [] {
+    void* host = nullptr;
+    RG_CUDA_CHECK(cudaHostAlloc(&host, sizeof(DeviceError), cudaHostAllocMapped));
+    std::memset(host, 0, sizeof(DeviceError));
+    void* device = nullptr;
+    RG_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
+    host_error_slot() = static_cast<DeviceError*>(host);
+    return static_cast<DeviceError*>(device);
+  }();
+  return slot;
+}
+
+void raise_device_error() {
+  DeviceError* e = host_error_slot();
+  if (!e) return;  // no kernel that checks indices has run yet
+  volatile DeviceError* v = e;
+  if (v->state == 0) return;
+  // Called after a synchronisation: the kernel that set the flag has finished.
+  static const char* const names[] = {"?",      "index_select", "index_add",
+                                      "gather", "scatter_add",  "cross_entropy"};
+  const int op = v->op >= 1 && v->op <= 5 ? v->op : 0;
+  const long long value = v->value, lo = v->lo, hi = v->hi;
+  v->state = 0;  // reported once
+  const char* where = " (found on the GPU by an earlier kernel; reported at the next synchronisation)";
+  if (op == static_cast<int>(IndexOp::CrossEntropy))  // the CPU backend's wording
+    fail(names[op], "expected class indices in [", lo, ", ", hi, "), got ", value, where);
+  fail(names[op], "expected indices in [", lo, ", ", hi, ") for a dim of size ", hi, ", got ", value,
+       where);
 }
 
 }  // namespace cuda

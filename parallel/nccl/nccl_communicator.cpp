@@ -38,17 +38,24 @@
 //   checked, then ignored.
 // * Errors. NCCL return codes become ringgrad::Error with the call and
 //   file:line. Failures inside running kernels (a peer died, a network error)
-//   are asynchronous: wait() also blocks the host until [done], polling
-//   ncclCommGetAsyncError, and after RINGGRAD_COMM_TIMEOUT_S seconds (default
-//   300) aborts the communicator (ncclCommAbort stops its kernels, so the GPU is
-//   not stuck either) and throws, naming the operation and the rank; main_guard
-//   then ends the job. RINGGRAD_COMM_TIMEOUT_S=0: no host wait, no timeout.
+//   are asynchronous, and wait() does not block the host (the host waits only
+//   where it reads a result: a copy to the CPU synchronises the compute stream,
+//   which waits for [done]). A watchdog thread watches every operation in flight
+//   instead, polling ncclCommGetAsyncError: on an NCCL error, or when one has run
+//   longer than RINGGRAD_COMM_TIMEOUT_S seconds (default 300), it aborts the
+//   communicator (ncclCommAbort stops its kernels, so the GPU is not stuck
+//   either), prints which operation failed on which rank, and ends the job
+//   through the bootstrap communicator (MPI_Abort), as the MPI backend's
+//   watchdog does; in a world of one the next operation on this communicator
+//   throws the reason. barrier() and shutdown still wait on the host.
+//   RINGGRAD_COMM_TIMEOUT_S=0: no watchdog, no time limit.
 #include "ringgrad/parallel/nccl/nccl_communicator.h"
 
 #include <nccl.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -165,7 +172,7 @@ struct PendingP2P {
 
 struct NcclState {
   int rank = 0, size = 1, device = 0;
-  double timeout_s = 300.0;  // <= 0: wait() does not block the host
+  double timeout_s = 300.0;  // <= 0: no watchdog
   ncclComm_t comm = nullptr;
   cudaStream_t compute = nullptr;      // where every op runs (core/cuda)
   cudaStream_t comm_stream = nullptr;  // where NCCL's kernels run
@@ -178,6 +185,22 @@ struct NcclState {
   void start_pending();                     // mutex held
   void host_wait(const Event& done, const char* op);
   void abort(const std::string& reason);
+
+  // ---- the watchdog: every operation in flight, until the GPU has passed its [done]
+  struct Watched {
+    std::shared_ptr<const Event> done;
+    const char* op;
+    std::chrono::steady_clock::time_point start;
+  };
+  std::function<void()> end_job;  // the bootstrap's abort (MPI_Abort; nothing in a world of one)
+  std::mutex watch_mutex;
+  std::condition_variable watch_wake;
+  std::vector<Watched> watched;  // guarded by watch_mutex
+  bool stop_watching = false;    // guarded by watch_mutex
+  std::thread watchdog;
+  void watch(std::shared_ptr<const Event> done, const char* op);
+  void watch_loop();
+  void stop_watchdog();
 };
 
 // The handle of one operation. [done] is recorded on the comm stream right after
@@ -191,12 +214,13 @@ class NcclWork : public Work {
   bool is_completed() override;
 
   const char* op() const { return op_; }
-  const Event& done() const { return done_; }
+  const Event& done() const { return *done_; }
   // Called once, with the state's mutex held: the operation is on the comm
   // stream (mark_started), or it could not get there (fail_with).
   void mark_started(cudaStream_t comm_stream) {
-    done_.record(comm_stream);
+    done_->record(comm_stream);
     started_ = true;
+    state_->watch(done_, op_);
   }
   void fail_with(std::exception_ptr error) {
     error_ = std::move(error);
@@ -209,7 +233,7 @@ class NcclWork : public Work {
 
   const char* op_;
   std::shared_ptr<NcclState> state_;
-  Event done_;
+  std::shared_ptr<Event> done_ = std::make_shared<Event>();  // shared with the watchdog
   std::vector<Tensor> keep_;
   bool started_ = false;  // guarded by the state's mutex while false
   bool waited_ = false;
@@ -317,6 +341,81 @@ void NcclState::abort(const std::string& reason) {
   aborted = true;
 }
 
+// ---- the watchdog ----
+
+void NcclState::watch(std::shared_ptr<const Event> done, const char* op) {
+  if (timeout_s <= 0) return;
+  std::lock_guard<std::mutex> lock(watch_mutex);
+  if (stop_watching) return;  // the communicator is going away
+  if (!watchdog.joinable())
+    watchdog = std::thread([this] { watch_loop(); });  // joined by stop_watchdog()
+  watched.push_back({std::move(done), op, std::chrono::steady_clock::now()});
+  watch_wake.notify_one();
+}
+
+// Every millisecond while something is in flight: drop the operations the GPU has
+// finished; look at NCCL's asynchronous error; time the oldest one. On an error
+// or a timeout: abort the communicator, say so, end the job.
+void NcclState::watch_loop() {
+  cudaSetDevice(device);  // this thread's CUDA calls go to this rank's GPU
+  std::unique_lock<std::mutex> lock(watch_mutex);
+  while (!stop_watching) {
+    std::string why;
+    const char* op = "?";
+    try {
+      std::erase_if(watched, [](const Watched& w) { return w.done->passed(); });
+      if (watched.empty()) {
+        watch_wake.wait(lock);
+        continue;
+      }
+      const Watched oldest = watched.front();
+      op = oldest.op;
+      lock.unlock();
+      ncclResult_t async = ncclSuccess;
+      {
+        // Skip this look if another thread is inside an NCCL call (perhaps one
+        // that will never return): the timeout below must still fire.
+        std::unique_lock<std::mutex> nccl_lock(mutex, std::try_to_lock);
+        if (nccl_lock.owns_lock() && comm && ncclCommGetAsyncError(comm, &async) != ncclSuccess)
+          async = ncclSuccess;
+      }
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - oldest.start).count();
+      if (async != ncclSuccess && async != ncclInProgress) {
+        const char* last = ncclGetLastError(nullptr);
+        why = detail::concat(op, ": NCCL error ", ncclGetErrorString(async),
+                             last && *last ? ": " : "", last ? last : "");
+      } else if (waited > timeout_s) {
+        why = detail::concat(op, " did not complete within ", timeout_s,
+                             " s (RINGGRAD_COMM_TIMEOUT_S); another rank has probably failed "
+                             "or stalled");
+      }
+    } catch (const std::exception& e) {  // a CUDA error while looking: as bad as an NCCL one
+      why = detail::concat(op, ": ", e.what());
+    }
+    if (lock.owns_lock()) lock.unlock();
+    if (!why.empty() && !aborted) {
+      std::fprintf(stderr, "[rank %d/%d] error: %s. Aborting the NCCL communicator%s\n", rank, size,
+                   why.c_str(), size > 1 ? " and the job." : ".");
+      std::fflush(stderr);
+      abort(why);  // its kernels stop: the streams move on
+      if (end_job) end_job();
+    }
+    lock.lock();
+    if (aborted) watched.clear();  // nothing more to watch: every later call throws
+    watch_wake.wait_for(lock, std::chrono::milliseconds(1));
+  }
+}
+
+void NcclState::stop_watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex);
+    stop_watching = true;
+  }
+  watch_wake.notify_all();
+  if (watchdog.joinable()) watchdog.join();
+}
+
 // ---- Work ----
 
 // A posted send/recv starts, with the rest of its group, when someone waits for it.
@@ -331,11 +430,9 @@ void NcclWork::wait() {
   if (waited_) return;
   // [done] -> compute stream: kernels issued from now on (the optimizer step
   // that reads the averaged gradients, an op that reuses this memory) run after
-  // the operation. This is all that correctness needs; the host does not wait.
-  done_.block(state_->compute);
-  // The host waits as well, so that a failed or stalled peer becomes an error
-  // here instead of a GPU that waits forever.
-  if (state_->timeout_s > 0) state_->host_wait(done_, op_);
+  // the operation. This is all that correctness needs; the host does not wait
+  // (a failed or stalled peer is the watchdog's to catch).
+  done_->block(state_->compute);
   RG_CHECK(!state_->aborted, op_, "expected the operation to complete on rank ", state_->rank, "/",
            state_->size, ", got the NCCL communicator aborted before it was waited for");
   waited_ = true;
@@ -346,14 +443,14 @@ void NcclWork::wait() {
 bool NcclWork::is_completed() {
   start_if_posted();
   if (error_ || state_->aborted) return true;  // wait() reports the error
-  return done_.passed();
+  return done_->passed();
 }
 
 NcclWork::~NcclWork() {
   // Dropped without wait(): its tensors go back to the allocator now, so the
   // compute stream must wait for the operation before anything can reuse
   // their memory. (A posted Work is held by its group until it starts.)
-  if (started_ && !waited_ && !error_) cudaStreamWaitEvent(state_->compute, done_.get(), 0);
+  if (started_ && !waited_ && !error_) cudaStreamWaitEvent(state_->compute, done_->get(), 0);
 }
 
 // ---- the communicator ----
@@ -419,6 +516,10 @@ class NcclCommunicator : public Communicator {
     //    stream, only for the events above.
     RG_CUDA_CHECK(cudaStreamCreateWithFlags(&s.comm_stream, cudaStreamNonBlocking));
     barrier_buf_ = zeros({1}, {.device = Device::cuda(device)});
+    // What the watchdog does after aborting: end every rank, through the bootstrap
+    // (MPI_Abort under mpirun; nothing to stop in a world of one). The watchdog is
+    // stopped in the destructor, before bootstrap_ could go.
+    s.end_job = [bootstrap = &bootstrap_] { bootstrap->abort(1); };
   }
 
   ~NcclCommunicator() override {
@@ -448,6 +549,7 @@ class NcclCommunicator : public Communicator {
     // this rank; ncclCommDestroy could wait for them), or a failed shutdown:
     // abort, which is local and immediate.
     if (!destroyed) s.abort("the communicator was destroyed during an error");
+    s.stop_watchdog();
     // Sends/receives posted but never started (the aborted paths above): their
     // Works learn why, and the group lets go of them (each holds the state: a
     // cycle that would keep both alive).

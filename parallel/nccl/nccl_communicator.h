@@ -12,10 +12,11 @@
 // How it works (parallel/nccl/nccl_communicator.cpp): NCCL kernels run on a
 // comm stream of their own, ordered against the compute stream by CUDA events,
 // so that all-reduces overlap backward; sends and receives are started in
-// groups (ncclGroupStart/End), so a ring exchange cannot deadlock; a wait()
-// that lasts longer than RINGGRAD_COMM_TIMEOUT_S seconds (default 300; 0: no
-// host wait and no timeout) aborts the NCCL communicator and throws, naming the
-// operation and the rank, instead of hanging.
+// groups (ncclGroupStart/End), so a ring exchange cannot deadlock; wait() orders
+// the compute stream after the operation without blocking the host, and a
+// watchdog thread aborts the NCCL communicator (and the job) when an operation
+// fails or lasts longer than RINGGRAD_COMM_TIMEOUT_S seconds (default 300; 0:
+// no watchdog), naming the operation and the rank, instead of hanging.
 //
 // This header keeps <nccl.h> out: a build without NCCL (or without CUDA) links
 // parallel/nccl/stub.cpp instead, whose factory throws "[nccl] built without NCCL".
