@@ -37,26 +37,18 @@ namespace par = rg::parallel;
 int main(int argc, char** argv) {
   par::World world(argc, argv);
   CLI::App app{"Data parallelism from scratch: a ring all-reduce per gradient (rgrun -n N)"};
-  std::string data_dir = rg::data::kDefaultMnistDir;
-  int epochs = 5;
-  int64_t batch_size = 64;
-  double lr = 1e-3;
-  uint64_t seed = 0;
-  app.add_option("--data", data_dir, "directory with the IDX files (.gz or raw)");
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per step on each rank")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "Adam learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "seed for initialisation and shuffling");
+  MnistRecipe recipe;  // the same options and defaults as mnist_ddp (simple_model.h)
+  recipe.add_options(app, "samples per step on each rank");
   CLI11_PARSE(app, argc, argv);
 
   return par::main_guard(world, [&] {
     par::Communicator& comm = world.communicator();
-    rg::manual_seed(seed);
-    rg::data::MNIST train(data_dir, rg::data::Split::Train);
-    rg::data::MNIST test(data_dir, rg::data::Split::Test);
-    rg::data::DistributedSampler sampler(train.size(), world.size(), world.rank(), {.seed = seed});
-    rg::data::DataLoader loader(train, {.batch_size = batch_size, .sampler = &sampler});
+    rg::manual_seed(recipe.seed);
+    rg::data::MNIST train(recipe.data_dir, rg::data::Split::Train);
+    rg::data::MNIST test(recipe.data_dir, rg::data::Split::Test);
+    rg::data::DistributedSampler sampler(train.size(), world.size(), world.rank(),
+                                         {.seed = recipe.seed});
+    rg::data::DataLoader loader(train, {.batch_size = recipe.batch_size, .sampler = &sampler});
     SimpleModel model;
 
     // 1. The same starting point everywhere: rank 0's weights.
@@ -67,11 +59,11 @@ int main(int argc, char** argv) {
         rg::Tensor grad = param.grad();  // shares the gradient's memory: reduced in place
         par::ring_all_reduce(comm, grad, par::Reduce::Avg);
       });
-    rg::optim::Adam opt(model.parameters(), {.lr = lr});
+    rg::optim::Adam opt(model.parameters(), {.lr = recipe.lr});
 
     double seconds = 0, test_acc = 0;
     int64_t samples = 0;
-    for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (int epoch = 0; epoch < recipe.epochs; ++epoch) {
       sampler.set_epoch(epoch);  // 2. a new shuffle each epoch, a different shard per rank
       auto start = std::chrono::steady_clock::now();
       float last = 0;
@@ -85,11 +77,7 @@ int main(int argc, char** argv) {
       }
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (world.is_main()) {  // the weights are the same everywhere: rank 0 evaluates
-        rg::NoGradGuard no_grad;
-        int64_t correct = 0;
-        for (auto& [x, y] : rg::data::DataLoader(test, {.batch_size = 1000}))
-          correct += (model(x).argmax(1) == y).sum().item<int64_t>();
-        test_acc = static_cast<double>(correct) / static_cast<double>(test.size());
+        test_acc = accuracy(model, test);
         std::printf("[Epoch %d] Loss: %.4f  test acc %.4f\n", epoch + 1, last, test_acc);
       }
     }

@@ -34,20 +34,12 @@ namespace rg = ringgrad;
 int main(int argc, char** argv) {
   rg::parallel::World world(argc, argv);
   CLI::App app{"Train the article's MLP data-parallel (run under scripts/rgrun -n N)"};
-  std::string data_dir = rg::data::kDefaultMnistDir, device_name = "auto";
-  int epochs = 5;
-  int64_t batch_size = 64;
-  double lr = 1e-3;
-  uint64_t seed = 0;
+  MnistRecipe recipe;  // --data --epochs --batch-size --lr --seed (simple_model.h)
+  recipe.add_options(app, "samples per step on each rank");
+  std::string device_name = "auto";
   std::string trace_path;
   int64_t trace_steps = 20, max_steps = 0;
   double bucket_cap_mb = 0;  // 0: DDP's defaults (1 MB first bucket, then 25 MB)
-  app.add_option("--data", data_dir, "directory with the IDX files (.gz or raw)");
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per step on each rank")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "Adam learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "seed for initialisation and shuffling");
   app.add_option("--device", device_name,
                  "cpu, cuda or auto (cuda:<local rank> when GPUs are present)");
   app.add_option("--bucket-cap-mb", bucket_cap_mb,
@@ -62,11 +54,12 @@ int main(int argc, char** argv) {
 
   return rg::parallel::main_guard(world, [&] {
     rg::Device device = device_name == "auto" ? world.device() : rg::Device::resolve(device_name);
-    rg::manual_seed(seed);
-    rg::data::MNIST train(data_dir, rg::data::Split::Train);
-    rg::data::MNIST test(data_dir, rg::data::Split::Test);
-    rg::data::DistributedSampler sampler(train.size(), world.size(), world.rank(), {.seed = seed});
-    rg::data::DataLoader loader(train, {.batch_size = batch_size, .sampler = &sampler});
+    rg::manual_seed(recipe.seed);
+    rg::data::MNIST train(recipe.data_dir, rg::data::Split::Train);
+    rg::data::MNIST test(recipe.data_dir, rg::data::Split::Test);
+    rg::data::DistributedSampler sampler(train.size(), world.size(), world.rank(),
+                                         {.seed = recipe.seed});
+    rg::data::DataLoader loader(train, {.batch_size = recipe.batch_size, .sampler = &sampler});
 
     SimpleModel model;
     model.to(device);
@@ -74,13 +67,14 @@ int main(int argc, char** argv) {
     if (bucket_cap_mb > 0)
       ddp_options.bucket_cap_mb = ddp_options.first_bucket_cap_mb = bucket_cap_mb;
     rg::parallel::DistributedDataParallel ddp(model, world.communicator(), ddp_options);
-    rg::optim::Adam opt(model.parameters(), {.lr = lr});
+    rg::optim::Adam opt(model.parameters(), {.lr = recipe.lr});
     if (world.is_main())
       std::printf(
           "world %d, per-rank batch %lld (global %lld), %lld steps per epoch, %zu gradient "
           "bucket(s), device %s, backend %s\n",
-          world.size(), static_cast<long long>(batch_size),
-          static_cast<long long>(batch_size * world.size()), static_cast<long long>(loader.size()),
+          world.size(), static_cast<long long>(recipe.batch_size),
+          static_cast<long long>(recipe.batch_size * world.size()),
+          static_cast<long long>(loader.size()),
           ddp.num_buckets(), device.str().c_str(), world.communicator().backend_name().c_str());
 
     // Tracing covers steps [trace_first, trace_end): after warm-up, a bounded number.
@@ -98,7 +92,7 @@ int main(int argc, char** argv) {
 
     double seconds = 0, test_acc = 0;
     int64_t samples = 0;
-    for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (int epoch = 0; epoch < recipe.epochs; ++epoch) {
       sampler.set_epoch(epoch);  // a new shuffle each epoch, the same on every rank
       auto start = std::chrono::steady_clock::now();
       float last = 0;
@@ -121,14 +115,7 @@ int main(int argc, char** argv) {
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       // Every rank has the same weights: rank 0 evaluates for everyone.
       if (world.is_main()) {
-        rg::NoGradGuard no_grad;
-        model.eval();
-        rg::data::DataLoader test_loader(test, {.batch_size = 1000});
-        int64_t correct = 0;
-        for (auto& [x, y] : test_loader)
-          correct += (model(x.to(device)).argmax(1) == y.to(device)).sum().item<int64_t>();
-        model.train();
-        test_acc = static_cast<double>(correct) / static_cast<double>(test.size());
+        test_acc = accuracy(model, test, device);
         std::printf("[Epoch %d] Loss: %.4f  test acc %.4f\n", epoch + 1, last, test_acc);
       }
     }

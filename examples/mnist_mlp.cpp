@@ -25,31 +25,15 @@
 
 namespace rg = ringgrad;
 
-// Fraction of `data` that the model classifies correctly.
-static double accuracy(SimpleModel& model, const rg::data::Dataset& data, rg::Device device) {
-  rg::NoGradGuard no_grad;
-  model.eval();
-  rg::data::DataLoader loader(data, {.batch_size = 1000});
-  int64_t correct = 0;
-  for (auto& [x, y] : loader)
-    correct += (model(x.to(device)).argmax(1) == y.to(device)).sum().item<int64_t>();
-  model.train();
-  return static_cast<double>(correct) / static_cast<double>(data.size());
-}
-
 int main(int argc, char** argv) {
   CLI::App app{"Train the article's SimpleModel (784-256-10 MLP) on MNIST-format data"};
-  std::string data_dir = rg::data::kDefaultMnistDir, save_path, resume_path, device_name = "auto";
-  int epochs = 5, threads = 0;
-  int64_t batch_size = 64, trace_steps = 20;
+  MnistRecipe recipe;  // --data --epochs --batch-size --lr --seed (simple_model.h)
+  recipe.add_options(app);
+  auto& [data_dir, epochs, batch_size, lr, seed] = recipe;
+  std::string save_path, resume_path, device_name = "auto";
+  int threads = 0;
+  int64_t trace_steps = 20;
   std::string trace_path;
-  double lr = 1e-3;
-  uint64_t seed = 0;
-  app.add_option("--data", data_dir, "directory with the IDX files (.gz or raw)");
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "samples per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "Adam learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "seed for initialisation and shuffling");
   app.add_option("--threads", threads, "CPU threads (default: RINGGRAD_NUM_THREADS or all cores)");
   app.add_option("--device", device_name, "cpu, cuda, cuda:N or auto (CUDA when a GPU is present)");
   app.add_option("--save", save_path, "write model and optimizer checkpoints to PATH(.optim)");
