@@ -9,8 +9,10 @@
 // the identity. Everything above — DDP, ring attention — is written against
 // this interface only. Operations on one communicator run in the order they
 // were issued, on every rank; the *_async forms return at once with a Work
-// handle whose wait() blocks until that operation is done (so DDP can keep
-// computing gradients while earlier buckets are being reduced).
+// handle whose wait() makes the result visible to what comes after it (so DDP
+// can keep computing gradients while earlier buckets are being reduced). On the
+// CPU backends wait() blocks until the operation is done; on NCCL it orders the
+// GPU's compute stream after it and returns (the host waits when it reads).
 #pragma once
 
 #include <memory>

@@ -125,9 +125,9 @@ TEST_CASE("nccl: a world of one on one GPU runs every operation") {
   const int64_t big = int64_t(1) << 22;
   rg::Tensor x = rg::full({big}, 2.0, {.device = gpu}) * 1.5;  // a kernel NCCL must wait for
   par::WorkHandle w = comm->all_reduce_async(x, par::Reduce::Sum);
-  w->wait();
+  w->wait();  // orders the compute stream; the host goes on at once
+  CHECK(x.sum().item() == doctest::Approx(3.0 * double(big)));  // .item() synchronises
   CHECK(w->is_completed());
-  CHECK(x.sum().item() == doctest::Approx(3.0 * double(big)));
 
   comm->broadcast(a, 0);
   test::check_close(a, {1, -2, 3});

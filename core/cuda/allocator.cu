@@ -327,7 +327,16 @@ class SmallStaging {
     if (!ring_ && !allocate()) return false;
     retire_completed();
     const size_t n = (nbytes + kAlign - 1) / kAlign * kAlign;
-    if (head_ + n > kCapacity) head_ = 0;  // wrap: the oldest copies sit at the start
+    if (head_ + n > kCapacity) {
+      // Wrap. The copies of the previous lap that sit past head_ are the oldest:
+      // wait for them first, so that after the wrap the oldest one in flight is
+      // at the start of the ring (where the overlap test below looks).
+      while (!inflight_.empty() && inflight_.front().begin >= head_) {
+        RG_CUDA_CHECK(cudaEventSynchronize(inflight_.front().done));
+        retire_front();
+      }
+      head_ = 0;
+    }
     // Wait for the copies still reading [head_, head_ + n): the oldest ones.
     while (!inflight_.empty() && inflight_.front().begin < head_ + n &&
            head_ < inflight_.front().end) {
@@ -371,8 +380,15 @@ class SmallStaging {
   }
   // Drop the copies already finished (oldest first), keeping their events for reuse.
   void retire_completed() {
-    while (!inflight_.empty() && cudaEventQuery(inflight_.front().done) == cudaSuccess)
+    while (!inflight_.empty()) {
+      cudaError_t status = cudaEventQuery(inflight_.front().done);
+      if (status == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // "not yet" is no error: don't leave it for a later check
+        break;
+      }
+      RG_CUDA_CHECK(status);
       retire_front();
+    }
   }
   void retire_front() {
     free_events_.push_back(inflight_.front().done);

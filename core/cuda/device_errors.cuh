@@ -39,13 +39,13 @@ void raise_device_error();
 // Whether lo <= v < hi; records the first bad index of the whole program run.
 __device__ inline bool index_ok(DeviceError* e, IndexOp op, int64_t v, int64_t lo, int64_t hi) {
   if (v >= lo && v < hi) return true;
-  if (atomicCAS(&e->state, 0, 1) == 0) {
+  if (atomicCAS_system(&e->state, 0, 1) == 0) {  // system scope: host memory
     e->op = static_cast<int>(op);
     e->value = v;
     e->lo = lo;
     e->hi = hi;
     __threadfence_system();  // the fields before the flag, as the host sees them
-    atomicExch(&e->state, 2);
+    atomicExch_system(&e->state, 2);
   }
   return false;
 }

@@ -78,47 +78,51 @@ void launch_numeric(DType t, const char* op, Launch&& launch) {
 
 void CudaBackend::index_select(const TensorRef& in, const TensorRef& index, const TensorRef& out,
                                int64_t outer, int64_t d, int64_t n, int64_t inner) {
+  DeviceError* err = device_error_slot();  // before the launch: its first call allocates
   int64_t total = outer * n * inner;
   if (total == 0) return;
   dispatch_all(in.dtype, [&]<typename T>() {
     index_select_kernel<T><<<blocks_for(total), kBlock, 0, compute_stream()>>>(
         static_cast<const T*>(in.data), static_cast<const int64_t*>(index.data),
-        static_cast<T*>(out.data), outer, d, n, inner, device_error_slot());
+        static_cast<T*>(out.data), outer, d, n, inner, err);
   });
   RG_CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::index_add(const TensorRef& out, const TensorRef& index, const TensorRef& src,
                             int64_t outer, int64_t d, int64_t n, int64_t inner) {
+  DeviceError* err = device_error_slot();  // before the launch: its first call allocates
   int64_t total = outer * n * inner;
   if (total == 0) return;
   launch_numeric(out.dtype, "index_add", [&]<typename T>() {
     index_add_kernel<T><<<blocks_for(total), kBlock, 0, compute_stream()>>>(
         static_cast<T*>(out.data), static_cast<const int64_t*>(index.data),
-        static_cast<const T*>(src.data), outer, d, n, inner, device_error_slot());
+        static_cast<const T*>(src.data), outer, d, n, inner, err);
   });
 }
 
 void CudaBackend::gather(const TensorRef& in, const TensorRef& index, const TensorRef& out,
                          int64_t outer, int64_t d, int64_t n, int64_t inner) {
+  DeviceError* err = device_error_slot();  // before the launch: its first call allocates
   int64_t total = outer * n * inner;
   if (total == 0) return;
   dispatch_all(in.dtype, [&]<typename T>() {
     gather_kernel<T><<<blocks_for(total), kBlock, 0, compute_stream()>>>(
         static_cast<const T*>(in.data), static_cast<const int64_t*>(index.data),
-        static_cast<T*>(out.data), outer, d, n, inner, device_error_slot());
+        static_cast<T*>(out.data), outer, d, n, inner, err);
   });
   RG_CUDA_CHECK_LAUNCH();
 }
 
 void CudaBackend::scatter_add(const TensorRef& out, const TensorRef& index, const TensorRef& src,
                               int64_t outer, int64_t d, int64_t n, int64_t inner) {
+  DeviceError* err = device_error_slot();  // before the launch: its first call allocates
   int64_t total = outer * n * inner;
   if (total == 0) return;
   launch_numeric(out.dtype, "scatter_add", [&]<typename T>() {
     scatter_add_kernel<T><<<blocks_for(total), kBlock, 0, compute_stream()>>>(
         static_cast<T*>(out.data), static_cast<const int64_t*>(index.data),
-        static_cast<const T*>(src.data), outer, d, n, inner, device_error_slot());
+        static_cast<const T*>(src.data), outer, d, n, inner, err);
   });
 }
 

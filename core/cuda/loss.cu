@@ -69,13 +69,14 @@ __global__ void cross_entropy_backward_kernel(const T* g, const T* logits, const
 void CudaBackend::cross_entropy(const TensorRef& logits, const TensorRef& target,
                                 const TensorRef& loss, const TensorRef& lse, int64_t n, int64_t c,
                                 double smoothing, int64_t ignore_index) {
+  DeviceError* err = device_error_slot();  // before the launch: its first call allocates
   if (n == 0) return;
   dispatch_floating(logits.dtype, "cross_entropy", [&]<typename T>() {
     const unsigned rows = static_cast<unsigned>(std::min<int64_t>(n, 65535 * 8));
     cross_entropy_kernel<T><<<rows, kBlock, 0, compute_stream()>>>(
         static_cast<const T*>(logits.data), static_cast<const int64_t*>(target.data),
         static_cast<T*>(loss.data), static_cast<T*>(lse.data), n, c, static_cast<T>(smoothing),
-        ignore_index, device_error_slot());
+        ignore_index, err);
   });
   RG_CUDA_CHECK_LAUNCH();
 }

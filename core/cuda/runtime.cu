@@ -2,6 +2,7 @@
 //
 // Every op runs on one compute stream (made on first use, on the device current
 // then); memory and copies are in allocator.cu.
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -28,8 +29,8 @@ namespace {
 bool allow_tf32 = false;
 
 // The host's view of the device error slot (null until a kernel needed it).
-DeviceError*& host_error_slot() {
-  static DeviceError* slot = nullptr;
+std::atomic<DeviceError*>& host_error_slot() {
+  static std::atomic<DeviceError*> slot{nullptr};
   return slot;
 }
 
@@ -102,17 +103,17 @@ DeviceError* device_error_slot() {
     std::memset(host, 0, sizeof(DeviceError));
     void* device = nullptr;
     RG_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
-    host_error_slot() = static_cast<DeviceError*>(host);
+    host_error_slot().store(static_cast<DeviceError*>(host));
     return static_cast<DeviceError*>(device);
   }();
   return slot;
 }
 
 void raise_device_error() {
-  DeviceError* e = host_error_slot();
+  DeviceError* e = host_error_slot().load();
   if (!e) return;  // no kernel that checks indices has run yet
   volatile DeviceError* v = e;
-  if (v->state == 0) return;
+  if (v->state != 2) return;  // nothing recorded (or, from a kernel still running, not yet)
   // Called after a synchronisation: the kernel that set the flag has finished.
   static const char* const names[] = {"?",      "index_select", "index_add",
                                       "gather", "scatter_add",  "cross_entropy"};

@@ -324,6 +324,9 @@ void NcclState::host_wait(const Event& done, const char* op) {
     else
       std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+  // Passed because the watchdog aborted the communicator (its kernels stopped)?
+  RG_CHECK(!aborted, op, "expected the operation to complete on rank ", rank, "/", size,
+           ", got the NCCL communicator aborted while waiting for it");
 }
 
 // ncclCommAbort stops this rank's NCCL kernels (so the streams move on) and
@@ -335,6 +338,10 @@ void NcclState::abort(const std::string& reason) {
   std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
   if (lock.owns_lock()) {
     if (!aborted) abort_reason = reason;
+    // Marked before ncclCommAbort: it stops the kernels at once, so an event
+    // (a barrier's [done]) may pass while it still runs, and whoever sees it
+    // pass must already see the communicator as aborted.
+    aborted = true;
     if (comm) ncclCommAbort(comm);
     comm = nullptr;
   }
@@ -538,6 +545,7 @@ class NcclCommunicator : public Communicator {
         Event drained;
         drained.record(s.comm_stream);
         s.host_wait(drained, "shutdown");
+        s.stop_watchdog();  // before the communicator goes: the watchdog reads it
         RG_NCCL("shutdown", ncclCommDestroy, s.comm);
         s.comm = nullptr;
         destroyed = true;
