@@ -53,7 +53,30 @@ WorkHandle Communicator::broadcast_async(Tensor& t, int root) {
 
 Tensor Communicator::all_gather(const Tensor& t) {
   check(t, "all_gather");
-  return do_all_gather(t);
+  Shape shape = t.shape();
+  shape.insert(shape.begin(), size());
+  Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
+  do_all_gather_async(out, t)->wait();
+  return out;
+}
+
+// The buffers of a gather or scatter: `whole` holds size() chunks of part.numel().
+void Communicator::check_chunks(const Tensor& whole, const Tensor& part, const Tensor& out,
+                                const char* op) const {
+  check(whole, op);
+  check(part, op);
+  RG_CHECK(whole.dtype() == part.dtype() && whole.device() == part.device(), op,
+           "expected both tensors of one dtype on one device, got ", whole.describe(), " and ",
+           part.describe());
+  RG_CHECK(out.is_contiguous(), op, "expected a contiguous output buffer, got ", out.describe());
+  RG_CHECK(whole.numel() == part.numel() * size(), op, "expected ", size(), " × ", part.numel(),
+           " = ", part.numel() * size(), " elements in the whole buffer (one chunk per rank), got ",
+           whole.describe());
+}
+
+WorkHandle Communicator::all_gather_async(Tensor& out, const Tensor& in) {
+  check_chunks(out, in, out, "all_gather");
+  return do_all_gather_async(out, in);
 }
 
 Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
@@ -61,7 +84,37 @@ Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
   check_reduce(t, op, "reduce_scatter");
   RG_CHECK(t.dim() >= 1 && t.size(0) % size() == 0, "reduce_scatter",
            "expected dim 0 divisible by the world size ", size(), ", got shape ", t.shape());
-  return do_reduce_scatter(t, op);
+  Shape shape = t.shape();
+  shape[0] /= size();
+  Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
+  do_reduce_scatter_async(out, t, op)->wait();
+  return out;
+}
+
+WorkHandle Communicator::reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) {
+  check_chunks(in, out, out, "reduce_scatter");
+  check_reduce(in, op, "reduce_scatter");
+  return do_reduce_scatter_async(out, in, op);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  RG_CHECK(color >= 0 || color == kNoGroup, "split", "expected a color >= 0 (or kNoGroup), got ",
+           color);
+  return do_split(color, key);
+}
+
+std::unique_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks) {
+  RG_CHECK(!ranks.empty(), "new_group", "expected at least one rank, got none");
+  std::vector<bool> seen(static_cast<size_t>(size()), false);
+  int position = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    check_rank(ranks[i], "new_group", "ranks");
+    RG_CHECK(!seen[static_cast<size_t>(ranks[i])], "new_group", "expected distinct ranks, got ",
+             ranks[i], " twice");
+    seen[static_cast<size_t>(ranks[i])] = true;
+    if (ranks[i] == rank()) position = static_cast<int>(i);
+  }
+  return split(position >= 0 ? 0 : kNoGroup, position);
 }
 
 WorkHandle Communicator::send_async(const Tensor& t, int dst, int tag) {
@@ -118,10 +171,20 @@ class SingleCommunicator : public Communicator {
  protected:
   WorkHandle do_all_reduce_async(Tensor&, Reduce) override { return completed(); }
   WorkHandle do_broadcast_async(Tensor&, int) override { return completed(); }
-  // (size=1, *t.shape): a copy, as on a real world, so writing into the
-  // result never changes t.
-  Tensor do_all_gather(const Tensor& t) override { return t.clone().unsqueeze(0); }
-  Tensor do_reduce_scatter(const Tensor& t, Reduce) override { return t.clone(); }
+  // One rank: its chunk is the whole buffer, copied (as on a real world, the
+  // output never shares memory with the input).
+  WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) override {
+    out.copy_(in.reshape(out.shape()));
+    return completed();
+  }
+  WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce) override {
+    out.copy_(in.reshape(out.shape()));
+    return completed();
+  }
+  std::unique_ptr<Communicator> do_split(int color, int) override {
+    if (color == kNoGroup) return nullptr;
+    return make_single_communicator();
+  }
   WorkHandle do_send_async(const Tensor&, int, int) override {
     fail("send", "expected a peer rank, got a world of one");
   }

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ringgrad/core/tensor.h"
 
@@ -35,7 +36,7 @@ using WorkHandle = std::shared_ptr<Work>;
 // The contract every backend keeps, checked here once for all of them: the
 // public collectives are not virtual. Each checks its arguments (a defined
 // tensor the backend can move, ranks in [0, size), tag >= 0, Reduce::Avg only
-// on floating tensors, reduce_scatter's dim 0 divisible by size) and then calls
+// on floating tensors, the sizes of gathered and scattered buffers) and then calls
 // the backend's protected do_* method, which may assume them — the rule core/
 // follows too ("ops check, backends compute", core/backend.h). A backend adds
 // only its own check_tensor (which tensors it moves: CPU for MPI, its GPU for NCCL).
@@ -56,14 +57,36 @@ class Communicator {
   void broadcast(Tensor& t, int root = 0) { broadcast_async(t, root)->wait(); }
   // Every rank's t, stacked: result (size, *t.shape) in rank order.
   Tensor all_gather(const Tensor& t);
+  // The same into a caller's buffer, not waited for (torch's all_gather_into_tensor):
+  // out — contiguous, size · in.numel() elements of in's dtype, on in's device —
+  // gets rank r's `in` as its r-th chunk. Sharded training overlaps it with compute.
+  WorkHandle all_gather_async(Tensor& out, const Tensor& in);
   // t (size·k, …) reduced over ranks; rank r keeps rows [r·k, (r+1)·k).
   Tensor reduce_scatter(const Tensor& t, Reduce op = Reduce::Sum);
+  // The same into a caller's buffer, not waited for (torch's reduce_scatter_tensor):
+  // in has size · out.numel() elements; out (contiguous) gets the reduction over
+  // the ranks of in's r-th chunk of out.numel() elements, r = this rank.
+  WorkHandle reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op = Reduce::Sum);
   // Point to point (contiguous tensors; shapes and dtypes must match on both sides).
   WorkHandle send_async(const Tensor& t, int dst, int tag = 0);
   WorkHandle recv_async(Tensor& t, int src, int tag = 0);
   void send(const Tensor& t, int dst, int tag = 0) { send_async(t, dst, tag)->wait(); }
   void recv(Tensor& t, int src, int tag = 0) { recv_async(t, src, tag)->wait(); }
   virtual void barrier() = 0;
+
+  // ---- process groups
+  // A sub-communicator (MPI_Comm_split): the ranks that pass the same color >= 0
+  // form one group, numbered in order of key (ties: by rank here); a rank that
+  // passes kNoGroup gets nullptr. Every rank of this communicator calls it, in
+  // the same order as its other collectives. A group keeps this same contract and
+  // checks, with its own rank numbering; it must be destroyed before its parent.
+  // A world of one splits into worlds of one.
+  static constexpr int kNoGroup = -1;
+  std::unique_ptr<Communicator> split(int color, int key);
+  // torch's new_group: the group of `ranks`, ranks[i] becoming its rank i. Every
+  // rank calls it (a collective); the ranks not listed get nullptr.
+  std::unique_ptr<Communicator> new_group(const std::vector<int>& ranks);
+
   // A tensor that will be all-reduced again and again, like DDP's buckets, in
   // "symmetric memory" (PyTorch's term): every rank allocates it together —
   // same shape and dtype, same order: it is a collective. The MPI backend,
@@ -85,14 +108,17 @@ class Communicator {
   // The backend's collectives, called with arguments already checked.
   virtual WorkHandle do_all_reduce_async(Tensor& t, Reduce op) = 0;
   virtual WorkHandle do_broadcast_async(Tensor& t, int root) = 0;
-  virtual Tensor do_all_gather(const Tensor& t) = 0;
-  virtual Tensor do_reduce_scatter(const Tensor& t, Reduce op) = 0;
+  virtual WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) = 0;
+  virtual WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) = 0;
+  virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
   virtual WorkHandle do_send_async(const Tensor& t, int dst, int tag) = 0;
   virtual WorkHandle do_recv_async(Tensor& t, int src, int tag) = 0;
 
  private:
   void check(const Tensor& t, const char* op) const;
   void check_rank(int r, const char* op, const char* what) const;
+  void check_chunks(const Tensor& whole, const Tensor& part, const Tensor& out,
+                    const char* op) const;
 };
 
 // RINGGRAD_COMM_TIMEOUT_S: seconds a rank waits for a collective before it

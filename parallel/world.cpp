@@ -55,6 +55,10 @@ class DeviceRouter : public Communicator {
  public:
   DeviceRouter(Communicator& host, int device, int ranks_on_host)
       : host_(host), device_(device), ranks_on_host_(ranks_on_host) {}
+  // A group's router owns its host communicator (the group of the parent's).
+  DeviceRouter(std::unique_ptr<Communicator> host, int device, int ranks_on_host)
+      : owned_host_(std::move(host)), host_(*owned_host_), device_(device),
+        ranks_on_host_(ranks_on_host) {}
 
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
@@ -87,9 +91,18 @@ class DeviceRouter : public Communicator {
   WorkHandle do_broadcast_async(Tensor& t, int root) override {
     return route(t).broadcast_async(t, root);
   }
-  Tensor do_all_gather(const Tensor& t) override { return route(t).all_gather(t); }
-  Tensor do_reduce_scatter(const Tensor& t, Reduce op) override {
-    return route(t).reduce_scatter(t, op);
+  WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) override {
+    return route(in).all_gather_async(out, in);
+  }
+  WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) override {
+    return route(in).reduce_scatter_async(out, in, op);
+  }
+  // A group of the router: the host communicator's group, routed the same way;
+  // its first CUDA tensor starts an NCCL communicator of the group's ranks.
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
+    std::unique_ptr<Communicator> host_group = host_.split(color, key);
+    if (!host_group) return nullptr;
+    return std::make_unique<DeviceRouter>(std::move(host_group), device_, ranks_on_host_);
   }
   WorkHandle do_send_async(const Tensor& t, int dst, int tag) override {
     return route(t).send_async(t, dst, tag);
@@ -114,6 +127,7 @@ class DeviceRouter : public Communicator {
     return *nccl_;
   }
 
+  std::unique_ptr<Communicator> owned_host_;  // a group's; declared first: destroyed last
   Communicator& host_;
   int device_, ranks_on_host_;
   std::mutex mutex_;                    // guards the lazy start of nccl_

@@ -92,6 +92,13 @@ class SymmetricRegistry {
   std::unordered_map<const void*, std::weak_ptr<mpi::SymmetricBuffer>> buffers_;
 };
 
+// The thread level MPI granted at initialisation (MULTIPLE lets groups' threads
+// call MPI concurrently).
+int& mpi_thread_level() {
+  static int level = 0;
+  return level;
+}
+
 // ---- the communicator ----
 
 class MpiCommunicator : public Communicator {
@@ -100,8 +107,9 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
     auto info = std::make_shared<WatchdogInfo>();
-    info->rank = rank_;
-    info->size = size_;
+    // A timeout names the rank in the whole job, also from inside a group.
+    MPI_Comm_rank(MPI_COMM_WORLD, &info->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &info->size);
     info->timeout_s = comm_timeout_seconds();
     info_ = info;
     // The thread shares ownership of its state, so that if we must leave it
@@ -214,37 +222,46 @@ class MpiCommunicator : public Communicator {
     });
   }
 
-  // t (…) on every rank -> (size, …): row r is rank r's t.
-  Tensor do_all_gather(const Tensor& t) override {
-    Tensor in = t.contiguous();
-    Shape shape = t.shape();
-    shape.insert(shape.begin(), size_);
-    Tensor out = empty(shape, {.dtype = t.dtype()});
-    int n = static_cast<int>(t.numel());
+  // Rank r's `in` becomes the r-th chunk of every rank's `out` (contiguous).
+  WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) override {
+    Tensor src = in.contiguous();
+    int n = static_cast<int>(src.numel());
     MPI_Comm comm = thread_state_->comm();
-    enqueue(new_work("all_gather"), out.nbytes(), -1, [=] {
-      MPI_Datatype type = mpi_type(in.dtype());
-      RG_MPI("all_gather", MPI_Allgather, in.raw_data(), n, type, out.raw_data(), n, type, comm);
+    return enqueue(new_work("all_gather"), out.nbytes(), -1, [=] {
+      MPI_Datatype type = mpi_type(src.dtype());
+      RG_MPI("all_gather", MPI_Allgather, src.raw_data(), n, type, out.raw_data(), n, type, comm);
       return MPI_REQUEST_NULL;
-    })->wait();
-    return out;
+    });
   }
 
-  // t (size·k, …) -> (k, …): rank r keeps rows [r·k, (r+1)·k) of the reduction.
-  Tensor do_reduce_scatter(const Tensor& t, Reduce op) override {
-    Tensor in = t.contiguous();
-    Shape shape = t.shape();
-    shape[0] /= size_;
-    Tensor out = empty(shape, {.dtype = t.dtype()});
+  // Chunk r of every rank's `in`, reduced, into rank r's `out` (contiguous).
+  WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) override {
+    Tensor src = in.contiguous();
     int n = static_cast<int>(out.numel()), size = size_;
     MPI_Comm comm = thread_state_->comm();
-    enqueue(new_work("reduce_scatter"), in.nbytes(), -1, [=] {
-      RG_MPI("reduce_scatter", MPI_Reduce_scatter_block, in.raw_data(), out.raw_data(), n,
-             mpi_type(in.dtype()), mpi_op(op, in.dtype()), comm);
+    return enqueue(new_work("reduce_scatter"), src.nbytes(), -1, [=] {
+      RG_MPI("reduce_scatter", MPI_Reduce_scatter_block, src.raw_data(), out.raw_data(), n,
+             mpi_type(src.dtype()), mpi_op(op, src.dtype()), comm);
       if (op == Reduce::Avg) divide(out, size);
       return MPI_REQUEST_NULL;
+    });
+  }
+
+  // A group is a new MPI communicator with a communication thread of its own:
+  // MPI_THREAD_MULTIPLE lets the groups' threads call MPI at the same time.
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
+    RG_CHECK(mpi_thread_level() >= MPI_THREAD_MULTIPLE, "split",
+             "expected an MPI with MPI_THREAD_MULTIPLE (each group has its own communication "
+             "thread), got thread level ", mpi_thread_level());
+    MPI_Comm parent = thread_state_->comm(), child = MPI_COMM_NULL;
+    enqueue(new_work("split"), 0, -1, [&child, parent, color, key] {
+      RG_MPI("split", MPI_Comm_split, parent, color == kNoGroup ? MPI_UNDEFINED : color, key,
+             &child);
+      return MPI_REQUEST_NULL;
     })->wait();
-    return out;
+    if (child == MPI_COMM_NULL) return nullptr;
+    MPI_Comm_set_errhandler(child, MPI_ERRORS_RETURN);
+    return std::make_unique<MpiCommunicator>(child, /*owns_mpi=*/false);
   }
 
   // The data is read while the send is in flight: do not change t before wait().
@@ -322,13 +339,15 @@ std::unique_ptr<Communicator> make_mpi_communicator(int& argc, char**& argv) {
   if (initialized) {
     MPI_Query_thread(&provided);
   } else {
-    // SERIALIZED: several threads may call MPI, never two at once. Only our
-    // communication thread makes calls (plus MPI_Abort, on the way out).
-    RG_MPI("World", MPI_Init_thread, &argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    // MULTIPLE where MPI has it: each communicator (the world, every process
+    // group) has its own communication thread, and two of them may be inside MPI
+    // at once. SERIALIZED (one at a time) is enough without groups.
+    RG_MPI("World", MPI_Init_thread, &argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   }
   RG_CHECK(provided >= MPI_THREAD_SERIALIZED, "World",
            "expected an MPI with thread level MPI_THREAD_SERIALIZED or higher, got level ",
            provided);
+  mpi_thread_level() = provided;
   // Errors come back as return codes (and so as exceptions), instead of MPI's
   // default of killing the process. A private duplicate of MPI_COMM_WORLD keeps
   // our messages apart from any the program sends itself.

@@ -2,7 +2,7 @@
 //
 //   mpirun -n 4 prog   (or scripts/rgrun -n 4 prog)  ->  World calls make_mpi_communicator
 //
-// Each rank runs one communication thread that makes every MPI call, taking
+// Each communicator (the world, each process group) runs one communication thread that makes its MPI calls, taking
 // operations from a FIFO queue in the order the program issued them: the same
 // order on every rank, which is what MPI's collectives require. The *_async
 // forms only enqueue, so the caller keeps computing (DDP's overlap) while the
@@ -23,7 +23,9 @@
 
 namespace ringgrad::parallel {
 
-// Initialises MPI (MPI_THREAD_SERIALIZED) unless the program already has, and
+// Initialises MPI (MPI_THREAD_MULTIPLE where available: each process group has
+// its own communication thread; SERIALIZED suffices without groups) unless the
+// program already has, and
 // returns a communicator over all ranks of MPI_COMM_WORLD. Destroying it stops
 // the communication thread and, if it initialised MPI, finalises MPI.
 std::unique_ptr<Communicator> make_mpi_communicator(int& argc, char**& argv);

@@ -626,30 +626,30 @@ class NcclCommunicator : public Communicator {
     return work;
   }
 
-  // t (…) on every rank -> (size, …): row r is rank r's t.
-  Tensor do_all_gather(const Tensor& t) override {
-    Tensor in = t.contiguous();
-    Shape shape = t.shape();
-    shape.insert(shape.begin(), state_->size);
-    Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
-    launch("all_gather", {in, out}, [&](ncclComm_t comm, cudaStream_t stream) {
-      RG_NCCL("all_gather", ncclAllGather, in.raw_data(), out.raw_data(), count(in),
-              nccl_type(in.dtype()), comm, stream);
-    })->wait();
-    return out;
+  // Rank r's `in` becomes the r-th chunk of every rank's `out` (contiguous).
+  WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) override {
+    Tensor src = in.contiguous();
+    return launch("all_gather", {src, out}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("all_gather", ncclAllGather, src.raw_data(), out.raw_data(), count(src),
+              nccl_type(src.dtype()), comm, stream);
+    });
   }
 
-  // t (size·k, …) -> (k, …): rank r keeps rows [r·k, (r+1)·k) of the reduction.
-  Tensor do_reduce_scatter(const Tensor& t, Reduce op) override {
-    Tensor in = t.contiguous();
-    Shape shape = t.shape();
-    shape[0] /= state_->size;
-    Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
-    launch("reduce_scatter", {in, out}, [&](ncclComm_t comm, cudaStream_t stream) {
-      RG_NCCL("reduce_scatter", ncclReduceScatter, in.raw_data(), out.raw_data(), count(out),
-              nccl_type(in.dtype()), nccl_op(op, in.dtype()), comm, stream);
-    })->wait();
-    return out;
+  // Chunk r of every rank's `in`, reduced, into rank r's `out` (contiguous).
+  WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) override {
+    Tensor src = in.contiguous();
+    return launch("reduce_scatter", {src, out}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("reduce_scatter", ncclReduceScatter, src.raw_data(), out.raw_data(), count(out),
+              nccl_type(src.dtype()), nccl_op(op, src.dtype()), comm, stream);
+    });
+  }
+
+  // Groups of a World start their own NCCL communicators from their MPI group
+  // (world.cpp); a communicator that is NCCL alone has no such bootstrap yet.
+  std::unique_ptr<Communicator> do_split(int, int) override {
+    fail("split",
+         "not yet for an NCCL-only communicator (RINGGRAD_COMM=nccl): split the World's "
+         "communicator, whose groups start their own NCCL communicators from MPI groups");
   }
 
   // The data is read while the send is in flight: do not change t before wait().
