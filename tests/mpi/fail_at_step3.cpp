@@ -16,12 +16,16 @@
 //   stall      rank 1 just stops answering (sleeps): rank 0's wait times out
 //              after RINGGRAD_COMM_TIMEOUT_S and aborts the job.
 //   stall_shared  the same, all-reducing symmetric memory (no MPI call to time out).
+//   group      as guarded, the all-reduce inside a process group (Communicator::split):
+//              the whole job still ends, naming the rank.
+//   group_stall   as stall, inside a group: the timeout names the rank in the job.
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/ringgrad.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 namespace rg = ringgrad;
@@ -30,18 +34,25 @@ namespace {
 
 int train(rg::parallel::World& world, const char* mode) {
   rg::Tensor w = rg::randn({16, 16});
+  // group, group_stall: the all-reduces run in a group of every rank, in reverse order.
+  std::unique_ptr<rg::parallel::Communicator> group;
+  rg::parallel::Communicator* comm = &world.communicator();
+  if (std::strncmp(mode, "group", 5) == 0) {
+    group = comm->split(0, -world.rank());
+    comm = group.get();
+  }
   // stall_shared: the all-reduce runs in symmetric (shared) memory, as DDP's buckets do.
   const bool shared = std::strcmp(mode, "stall_shared") == 0;
   rg::Tensor bucket = world.communicator().symmetric_empty({16});
   for (int step = 0; step < 10; ++step) {
     rg::Tensor x = rg::randn({4, 16});
     if (world.rank() == 1 && step == 3) {
-      if (std::strncmp(mode, "stall", 5) == 0) std::this_thread::sleep_for(std::chrono::hours(1));
+      if (std::strstr(mode, "stall")) std::this_thread::sleep_for(std::chrono::hours(1));
       x = rg::randn({4, 15});  // a bug: the wrong input width
     }
     rg::Tensor grad = rg::matmul(x, w).sum(0);  // throws "[matmul] expected …" on rank 1
     if (shared) grad = bucket.copy_(grad);
-    world.communicator().all_reduce(grad, rg::parallel::Reduce::Avg);
+    comm->all_reduce(grad, rg::parallel::Reduce::Avg);
     if (world.is_main()) std::printf("step %d done\n", step), std::fflush(stdout);
   }
   return 0;
