@@ -129,7 +129,7 @@ class MpiCommunicator : public Communicator {
       std::fprintf(stderr,
                    "[rank %d/%d] leaving MPI without finalizing (an exception is "
                    "propagating); mpirun will end the other ranks\n",
-                   rank_, size_);
+                   info_->rank, info_->size);  // the rank in the job, also for a group
       thread_.detach();
       return;
     }
