@@ -1,0 +1,55 @@
+// zero.h — ZeroRedundancyOptimizer: ZeRO stage 1, each rank keeps the optimizer state
+// of its own share of the parameters (torch.distributed.optim's name and behaviour).
+//
+//   rg::parallel::DistributedDataParallel ddp(model, comm);   // averaged gradients everywhere
+//   rg::parallel::ZeroRedundancyOptimizer opt(model.parameters(), comm, [](auto params) {
+//     return std::make_unique<rg::optim::AdamW>(params, rg::optim::AdamOptions{.lr = 1e-3});
+//   });
+//   loss.backward(); opt.step(); opt.zero_grad();
+//
+// Data parallelism keeps N copies of everything; Adam's two moment buffers are
+// twice the parameters, and every rank updates every parameter with the same
+// numbers. ZeRO-1 gives each parameter (whole tensors) to one rank — the largest
+// first, each to the rank that holds the fewest elements so far, as torch does —
+// and each rank's optimizer holds state for its own parameters only:
+//   1. step(): each rank's optimizer updates its own parameters, from the averaged
+//      gradients DDP left in .grad (every rank has all of them);
+//   2. each parameter is then broadcast from its owner, so every replica is whole and
+//      equal again before the next forward.
+// The update of each parameter is exactly the one DDP + the same optimizer would
+// make (tests/mpi/test_zero.cpp: bit for bit). Optimizer state per rank: ~1/N.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "ringgrad/optim/optimizer.h"
+#include "ringgrad/parallel/communicator.h"
+
+namespace ringgrad::parallel {
+
+class ZeroRedundancyOptimizer {
+ public:
+  // make: builds the optimizer of this rank's parameters (any ringgrad optimizer).
+  using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+  ZeroRedundancyOptimizer(std::vector<Tensor> params, Communicator& comm, const Factory& make);
+
+  void step();       // update this rank's parameters, then broadcast every one from its owner
+  void zero_grad();  // every parameter's gradient, as the optimizer's own zero_grad
+
+  int owner(size_t i) const { return owner_[i]; }  // the rank that updates parameter i
+  const std::vector<Tensor>& local_parameters() const { return local_; }
+  optim::Optimizer& local_optimizer() { return *optimizer_; }  // for schedules, checkpoints
+  // Bytes of optimizer state this rank holds (Adam: two buffers per own parameter).
+  int64_t local_state_bytes() const;
+
+ private:
+  Communicator& comm_;
+  std::vector<Tensor> params_;
+  std::vector<int> owner_;
+  std::vector<Tensor> local_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+}  // namespace ringgrad::parallel
