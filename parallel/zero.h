@@ -21,6 +21,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -43,6 +45,15 @@ class ZeroRedundancyOptimizer {
   optim::Optimizer& local_optimizer() { return *optimizer_; }  // for schedules, checkpoints
   // Bytes of optimizer state this rank holds (Adam: two buffers per own parameter).
   int64_t local_state_bytes() const;
+
+  // The whole optimizer's state, gathered on rank `to` (a collective: every rank
+  // calls it) in the form the same optimizer over all the parameters, unsharded,
+  // writes: "state.0.<index>.<name>" with indices into `params`, and the metadata
+  // (steps, the group's lr, initial_lr, weight decay and size). A plain optimizer
+  // — any world size, or one process — loads it with load_state_dict, so a
+  // checkpoint moves between ZeRO and DDP. Other ranks get an empty result. The
+  // local optimizer must have one parameter group (what `make` builds from a list).
+  NamedTensors consolidate_state_dict(std::map<std::string, std::string>* metadata, int to = 0);
 
  private:
   Communicator& comm_;

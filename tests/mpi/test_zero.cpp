@@ -97,6 +97,27 @@ int main(int argc, char** argv) {
     rg::Tensor total = rg::scalar_tensor(double(mine), {.dtype = rg::kFloat64});
     comm.all_reduce(total, par::Reduce::Sum);
     check(static_cast<int64_t>(total.item()) == full, "the ranks' states add up to the full state");
+    // consolidate_state_dict: on rank 0, exactly the plain AdamW's state and metadata,
+    // loadable by a plain optimizer (ZeRO -> DDP or one process).
+    std::map<std::string, std::string> zero_meta;
+    rg::NamedTensors consolidated = zero.consolidate_state_dict(&zero_meta, 0);
+    if (rank == 0) {
+      rg::NamedTensors want = adamw.state_dict(&meta);
+      bool same = consolidated.size() == want.size();
+      for (size_t i = 0; same && i < want.size(); ++i)
+        same = consolidated[i].first == want[i].first &&
+               consolidated[i].second.shape() == want[i].second.shape() &&
+               rg::allclose(consolidated[i].second, want[i].second, 0, 0);
+      check(same, "consolidated state = the plain AdamW's, key by key, bit for bit (" +
+                      std::to_string(consolidated.size()) + " tensors)");
+      check(zero_meta == meta, "consolidated metadata = the plain AdamW's");
+      auto fresh = make_model();
+      rg::optim::AdamW reloaded(fresh->parameters(), {.lr = 1e-2});
+      reloaded.load_state_dict(consolidated, zero_meta);
+      check(reloaded.steps() == 10, "a plain AdamW loads it");
+    } else {
+      check(consolidated.empty(), "other ranks get nothing");
+    }
     int64_t params = 0;
     for (const rg::Tensor& p : sharded->parameters()) params += p.numel();
     if (rank == 0)
