@@ -32,14 +32,7 @@ void check(bool ok, const std::string& what) { mpi_test::check(ok, what, rank); 
 
 template <typename F>
 void check_error(F fn, const std::string& expected, const std::string& what) {
-  std::string message = "(no error)";
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    message = e.what();
-  }
-  check(message.find(expected) != std::string::npos,
-        what + ": expected an error containing '" + expected + "', got '" + message + "'");
+  mpi_test::check_error(fn, expected, what, rank);
 }
 
 bool equal(const rg::Tensor& t, const std::vector<double>& want) {
