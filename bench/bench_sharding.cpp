@@ -8,10 +8,11 @@
 // activations gone: the bytes the training state holds (parameters, gradients — DDP's
 // buckets — and optimizer state), and the peak of live tensor memory during a step.
 // Adam in float32 under DDP: 4 (parameter) + 4 (gradient) + 8 (two moments) = 16 bytes per
-// parameter on every rank; ZeRO-1 keeps 8/N of the 8.
-// ZeRO-2 and FSDP are not built yet: their columns say so.
-// Prints (rank 0): RESULT bench=sharding world=N params_m=… ddp_mb=… zero1_mb=… zero1_ratio=…
-//                  ddp_peak_mb=… zero1_peak_mb=… zero2_mb=n/a fsdp_mb=n/a
+// parameter on every rank; ZeRO-1 keeps 8/N of the 8, ZeRO-2 also 4/N of the gradients.
+// FSDP is not built yet: its column says so.
+// Prints (rank 0): RESULT bench=sharding world=N params_m=… ddp_mb=… zero1_mb=… zero2_mb=…
+//                  zero1_ratio=… zero2_ratio=… ddp_peak_mb=… zero1_peak_mb=… zero2_peak_mb=…
+//                  fsdp_mb=n/a
 #include <ringgrad/parallel/ddp.h>
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/parallel/zero.h>
@@ -36,7 +37,8 @@ struct Measured {
 
 // One strategy from scratch: a fresh model, two steps, the memory of the second.
 template <typename MakeStep>
-Measured measure(par::Communicator& comm, int64_t layers, int64_t d_model, MakeStep&& make_step) {
+Measured measure(par::Communicator& comm, int64_t layers, int64_t d_model, bool with_ddp,
+                 MakeStep&& make_step) {
   Measured m;
   {
     rg::manual_seed(0);
@@ -45,14 +47,15 @@ Measured measure(par::Communicator& comm, int64_t layers, int64_t d_model, MakeS
                                         {.dim_feedforward = 4 * d_model, .dropout = 0.0,
                                          .batch_first = true}),
         layers);
-    par::DistributedDataParallel ddp(model, comm);
+    std::unique_ptr<par::DistributedDataParallel> ddp;  // ZeRO-2 averages gradients itself
+    if (with_ddp) ddp = std::make_unique<par::DistributedDataParallel>(model, comm);
     auto [step, zero_grad] = make_step(model);
     rg::Generator data(1);
     for (int s = 0; s < 2; ++s) {
       rg::Tensor x = rg::randn({2, 32, d_model}, {}, &data);
       if (s == 1) rg::reset_peak_memory();
       zero_grad();
-      rg::Tensor y = ddp(x);
+      rg::Tensor y = model(x);
       (y * y).mean().backward();
       step();
     }
@@ -70,7 +73,7 @@ int main(int argc, char** argv) {
   // buckets are mapped, not allocated, and would not show). Every rank sets it alike.
   setenv("RINGGRAD_SHM_ALLREDUCE", "0", /*overwrite=*/0);
   par::World world(argc, argv);
-  CLI::App app{"Per-rank memory of the training state: DDP and ZeRO-1"};
+  CLI::App app{"Per-rank memory of the training state: DDP, ZeRO-1, ZeRO-2"};
   int64_t layers = 6, d_model = 512;
   app.add_option("--layers", layers, "encoder layers")->check(CLI::PositiveNumber);
   app.add_option("--d-model", d_model, "model width (a multiple of 8)")->check(CLI::PositiveNumber);
@@ -81,7 +84,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<rg::optim::AdamW> adamw;
     std::unique_ptr<par::ZeroRedundancyOptimizer> zero;
 
-    const Measured ddp = measure(comm, layers, d_model, [&](rg::nn::Module& model) {
+    const Measured ddp = measure(comm, layers, d_model, true, [&](rg::nn::Module& model) {
       params = 0;
       for (const rg::Tensor& p : model.parameters()) params += p.numel();
       adamw = std::make_unique<rg::optim::AdamW>(model.parameters(),
@@ -90,11 +93,21 @@ int main(int argc, char** argv) {
                        std::function<void()>([&] { adamw->zero_grad(); })};
     });
     adamw.reset();
-    const Measured zero1 = measure(comm, layers, d_model, [&](rg::nn::Module& model) {
+    const Measured zero1 = measure(comm, layers, d_model, true, [&](rg::nn::Module& model) {
       zero = std::make_unique<par::ZeroRedundancyOptimizer>(
           model.parameters(), comm, [](std::vector<rg::Tensor> p) {
             return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-4});
           });
+      return std::pair{std::function<void()>([&] { zero->step(); }),
+                       std::function<void()>([&] { zero->zero_grad(); })};
+    });
+    zero.reset();
+    const Measured zero2 = measure(comm, layers, d_model, false, [&](rg::nn::Module& model) {
+      zero = std::make_unique<par::ZeroRedundancyOptimizer>(
+          model.parameters(), comm, [](std::vector<rg::Tensor> p) {
+            return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-4});
+          },
+          par::ZeroOptions{.stage = 2});
       return std::pair{std::function<void()>([&] { zero->step(); }),
                        std::function<void()>([&] { zero->zero_grad(); })};
     });
@@ -107,12 +120,16 @@ int main(int argc, char** argv) {
       std::printf("  %-8s %14.1f %14.1f\n", "DDP", ddp.state_mb, ddp.peak_mb);
       std::printf("  %-8s %14.1f %14.1f   (%.2f of DDP's state)\n", "ZeRO-1", zero1.state_mb,
                   zero1.peak_mb, zero1.state_mb / ddp.state_mb);
-      std::printf("  ZeRO-2, FSDP: not built yet\n");
+      std::printf("  %-8s %14.1f %14.1f   (%.2f of DDP's state)\n", "ZeRO-2", zero2.state_mb,
+                  zero2.peak_mb, zero2.state_mb / ddp.state_mb);
+      std::printf("  FSDP: not built yet\n");
       std::printf(
-          "RESULT bench=sharding world=%d params_m=%.1f ddp_mb=%.1f zero1_mb=%.1f "
-          "zero1_ratio=%.3f ddp_peak_mb=%.1f zero1_peak_mb=%.1f zero2_mb=n/a fsdp_mb=n/a\n",
-          world.size(), double(params) / 1e6, ddp.state_mb, zero1.state_mb,
-          zero1.state_mb / ddp.state_mb, ddp.peak_mb, zero1.peak_mb);
+          "RESULT bench=sharding world=%d params_m=%.1f ddp_mb=%.1f zero1_mb=%.1f zero2_mb=%.1f "
+          "zero1_ratio=%.3f zero2_ratio=%.3f ddp_peak_mb=%.1f zero1_peak_mb=%.1f "
+          "zero2_peak_mb=%.1f fsdp_mb=n/a\n",
+          world.size(), double(params) / 1e6, ddp.state_mb, zero1.state_mb, zero2.state_mb,
+          zero1.state_mb / ddp.state_mb, zero2.state_mb / ddp.state_mb, ddp.peak_mb,
+          zero1.peak_mb, zero2.peak_mb);
     }
     return 0;
   });

@@ -51,6 +51,13 @@ WorkHandle Communicator::broadcast_async(Tensor& t, int root) {
   return do_broadcast_async(t, root);
 }
 
+WorkHandle Communicator::reduce_async(Tensor& t, int root, Reduce op) {
+  check(t, "reduce");
+  check_rank(root, "reduce", "root");
+  check_reduce(t, op, "reduce");
+  return do_reduce_async(t, root, op);
+}
+
 Tensor Communicator::all_gather(const Tensor& t) {
   check(t, "all_gather");
   Shape shape = t.shape();
@@ -171,6 +178,7 @@ class SingleCommunicator : public Communicator {
  protected:
   WorkHandle do_all_reduce_async(Tensor&, Reduce) override { return completed(); }
   WorkHandle do_broadcast_async(Tensor&, int) override { return completed(); }
+  WorkHandle do_reduce_async(Tensor&, int, Reduce) override { return completed(); }
   // One rank: its chunk is the whole buffer, copied (as on a real world, the
   // output never shares memory with the input).
   WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) override {

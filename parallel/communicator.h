@@ -55,6 +55,10 @@ class Communicator {
   // In place: every rank's t becomes root's t.
   WorkHandle broadcast_async(Tensor& t, int root);
   void broadcast(Tensor& t, int root = 0) { broadcast_async(t, root)->wait(); }
+  // In place on root only: root's t becomes the reduction over all ranks' t; the
+  // others' t is only read (ZeRO-2 sends each gradient to the rank that owns it).
+  WorkHandle reduce_async(Tensor& t, int root, Reduce op = Reduce::Sum);
+  void reduce(Tensor& t, int root, Reduce op = Reduce::Sum) { reduce_async(t, root, op)->wait(); }
   // Every rank's t, stacked: result (size, *t.shape) in rank order.
   Tensor all_gather(const Tensor& t);
   // The same into a caller's buffer, not waited for (torch's all_gather_into_tensor):
@@ -108,6 +112,7 @@ class Communicator {
   // The backend's collectives, called with arguments already checked.
   virtual WorkHandle do_all_reduce_async(Tensor& t, Reduce op) = 0;
   virtual WorkHandle do_broadcast_async(Tensor& t, int root) = 0;
+  virtual WorkHandle do_reduce_async(Tensor& t, int root, Reduce op) = 0;
   virtual WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) = 0;
   virtual WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;

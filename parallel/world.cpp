@@ -91,6 +91,9 @@ class DeviceRouter : public Communicator {
   WorkHandle do_broadcast_async(Tensor& t, int root) override {
     return route(t).broadcast_async(t, root);
   }
+  WorkHandle do_reduce_async(Tensor& t, int root, Reduce op) override {
+    return route(t).reduce_async(t, root, op);
+  }
   WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) override {
     return route(in).all_gather_async(out, in);
   }

@@ -5,15 +5,52 @@
 #include <numeric>
 
 #include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/autograd/node.h"
 #include "ringgrad/core/factory.h"
 
 namespace ringgrad::parallel {
 
+// ZeRO-2: the reduces of this backward, and who owns what.
+struct ZeroRedundancyOptimizer::Stage2 {
+  Communicator* comm = nullptr;
+  std::vector<Tensor> params;
+  std::vector<int> owner;
+  std::vector<WorkHandle> pending;  // this backward's reduces, in issue order
+  bool active = false;
+
+  // A parameter's gradient is final: send it to its owner (averaged there).
+  void on_gradient(size_t i, Tensor& p) {
+    if (!active) {
+      active = true;
+      autograd::queue_callback([this] { finish_backward(); });
+    }
+    // Divided first, then summed: the same arithmetic as DDP's buckets, so the
+    // owner's average is DDP's to the last bit (where the sums run in one order).
+    Tensor g = p.grad();
+    {
+      NoGradGuard no_grad;
+      g.mul_(1.0 / comm->size());
+    }
+    pending.push_back(comm->reduce_async(g, owner[i], Reduce::Sum));
+  }
+  // Backward is done: every reduce waited for, the gradients of others dropped.
+  void finish_backward() {
+    for (WorkHandle& w : pending) w->wait();
+    pending.clear();
+    for (size_t i = 0; i < params.size(); ++i)
+      if (owner[i] != comm->rank()) params[i].set_grad(Tensor());
+    active = false;
+  }
+};
+
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, Communicator& comm,
-                                                 const Factory& make)
-    : comm_(comm), params_(std::move(params)), owner_(params_.size(), 0) {
+                                                 const Factory& make, ZeroOptions options)
+    : comm_(comm), options_(options), params_(std::move(params)), owner_(params_.size(), 0) {
   RG_CHECK(static_cast<bool>(make), "ZeroRedundancyOptimizer",
            "expected a function that makes the optimizer, got none");
+  RG_CHECK(options.stage == 1 || options.stage == 2, "ZeroRedundancyOptimizer",
+           "expected stage 1 (optimizer state) or 2 (and gradients), got ", options.stage,
+           " (stage 3, the parameters too, is FSDP)");
   // Largest first, each to the rank holding the fewest elements so far (ties: the
   // lower rank). Every rank computes the same partition from the same shapes.
   std::vector<size_t> order(params_.size());
@@ -31,6 +68,25 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, Com
   optimizer_ = make(local_);
   RG_CHECK(optimizer_ != nullptr, "ZeroRedundancyOptimizer",
            "expected the factory to return an optimizer, got nullptr");
+  if (options.stage == 2) {
+    // Without DDP, the replicas start from rank 0's values here.
+    {
+      NoGradGuard no_grad;
+      for (Tensor& p : params_) {
+        Tensor data = p.detach();
+        comm.broadcast(data, 0);
+      }
+    }
+    stage2_ = std::make_shared<Stage2>();
+    stage2_->comm = &comm;
+    stage2_->params = params_;
+    stage2_->owner = owner_;
+    std::weak_ptr<Stage2> weak = stage2_;
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i].register_post_accumulate_grad_hook([weak, i](Tensor& p) {
+        if (auto s = weak.lock()) s->on_gradient(i, p);
+      });
+  }
 }
 
 void ZeroRedundancyOptimizer::step() {

@@ -18,6 +18,13 @@
 //      equal again before the next forward.
 // The update of each parameter is exactly the one DDP + the same optimizer would
 // make (tests/mpi/test_zero.cpp: bit for bit). Optimizer state per rank: ~1/N.
+//
+// ZeRO-2 ({.stage = 2}, used *instead of* DDP): the gradients are sharded too. At
+// construction rank 0's parameters are broadcast (as DDP does); during backward a
+// hook sends each finished gradient to its owner only (reduce, averaging) instead
+// of all-reducing it, and when backward ends every rank drops the gradients it does
+// not own: each keeps ~1/N of them. Then step() as above. Same updates as DDP, up to
+// the order of the sums (float64: ~1e-16). One backward per step (no accumulation).
 #pragma once
 
 #include <functional>
@@ -31,11 +38,16 @@
 
 namespace ringgrad::parallel {
 
+struct ZeroOptions {
+  int stage = 1;  // 1: optimizer state sharded (with DDP); 2: gradients too (without DDP)
+};
+
 class ZeroRedundancyOptimizer {
  public:
   // make: builds the optimizer of this rank's parameters (any ringgrad optimizer).
   using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
-  ZeroRedundancyOptimizer(std::vector<Tensor> params, Communicator& comm, const Factory& make);
+  ZeroRedundancyOptimizer(std::vector<Tensor> params, Communicator& comm, const Factory& make,
+                          ZeroOptions options = {});
 
   void step();       // update this rank's parameters, then broadcast every one from its owner
   void zero_grad();  // every parameter's gradient, as the optimizer's own zero_grad
@@ -56,7 +68,11 @@ class ZeroRedundancyOptimizer {
   NamedTensors consolidate_state_dict(std::map<std::string, std::string>* metadata, int to = 0);
 
  private:
+  struct Stage2;  // ZeRO-2's per-backward state, shared with the gradient hooks
+
   Communicator& comm_;
+  ZeroOptions options_;
+  std::shared_ptr<Stage2> stage2_;
   std::vector<Tensor> params_;
   std::vector<int> owner_;
   std::vector<Tensor> local_;

@@ -31,6 +31,9 @@ TEST_CASE("communicator: the shared checks name the operation and the bad argume
                  "[broadcast] expected root in [0, 1), got 1");
   CHECK_CONTAINS(error_of([&] { comm->broadcast(x, -1); }),
                  "[broadcast] expected root in [0, 1), got -1");
+  CHECK_CONTAINS(error_of([&] { comm->reduce(x, 2); }), "[reduce] expected root in [0, 1), got 2");
+  CHECK_CONTAINS(error_of([&] { comm->reduce(ints, 0, par::Reduce::Avg); }),
+                 "[reduce] expected a floating-point tensor for Reduce::Avg, got int64");
   CHECK_CONTAINS(error_of([&] { comm->all_gather(undefined); }),
                  "[all_gather] expected a defined tensor");
   CHECK_CONTAINS(error_of([&] { comm->reduce_scatter(ints, par::Reduce::Avg); }),
@@ -52,6 +55,7 @@ TEST_CASE("communicator: valid calls on a world of one are the identity") {
   rg::Tensor before = x.clone();
   comm->all_reduce(x, par::Reduce::Avg);
   comm->broadcast(x, 0);
+  comm->reduce(x, 0, par::Reduce::Avg);
   CHECK(rg::allclose(x, before, 0, 0));
   rg::Tensor gathered = comm->all_gather(x);
   CHECK_SHAPE(gathered, {1, 3, 2});

@@ -222,6 +222,21 @@ class MpiCommunicator : public Communicator {
     });
   }
 
+  // Root reduces in place (MPI_IN_PLACE); the others only send theirs.
+  WorkHandle do_reduce_async(Tensor& t, int root, Reduce op) override {
+    auto [buf, work] = in_place_buffer(t, "reduce");
+    int n = static_cast<int>(t.numel()), size = size_;
+    const bool is_root = rank_ == root;
+    MPI_Comm comm = thread_state_->comm();
+    return enqueue(work, t.nbytes(), -1, [=] {
+      void* data = buf.raw_data();
+      RG_MPI("reduce", MPI_Reduce, is_root ? MPI_IN_PLACE : data, is_root ? data : nullptr, n,
+             mpi_type(buf.dtype()), mpi_op(op, buf.dtype()), root, comm);
+      if (is_root && op == Reduce::Avg) divide(buf, size);
+      return MPI_REQUEST_NULL;
+    });
+  }
+
   // Rank r's `in` becomes the r-th chunk of every rank's `out` (contiguous).
   WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) override {
     Tensor src = in.contiguous();

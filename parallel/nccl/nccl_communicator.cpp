@@ -626,6 +626,17 @@ class NcclCommunicator : public Communicator {
     return work;
   }
 
+  // In place: root's t gets the reduction; the others' t is read.
+  WorkHandle do_reduce_async(Tensor& t, int root, Reduce op) override {
+    InPlace io = in_place(t);
+    auto work = launch("reduce", {io.buf}, [&](ncclComm_t comm, cudaStream_t stream) {
+      RG_NCCL("reduce", ncclReduce, io.buf.raw_data(), io.buf.raw_data(), count(io.buf),
+              nccl_type(io.buf.dtype()), nccl_op(op, io.buf.dtype()), root, comm, stream);
+    });
+    work->finish_ = std::move(io.copy_back);
+    return work;
+  }
+
   // Rank r's `in` becomes the r-th chunk of every rank's `out` (contiguous).
   WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) override {
     Tensor src = in.contiguous();
