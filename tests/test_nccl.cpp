@@ -131,6 +131,15 @@ TEST_CASE("nccl: a world of one on one GPU runs every operation") {
 
   comm->broadcast(a, 0);
   test::check_close(a, {1, -2, 3});
+  comm->reduce(a, 0, par::Reduce::Sum);  // ZeRO-2's collective
+  test::check_close(a, {1, -2, 3});
+  // the buffer forms (sharded training's)
+  rg::Tensor flat = rg::empty({3}, {.device = gpu});
+  comm->all_gather_async(flat, a)->wait();
+  test::check_close(flat, {1, -2, 3});
+  rg::Tensor part = rg::empty({3}, {.device = gpu});
+  comm->reduce_scatter_async(part, a, par::Reduce::Avg)->wait();
+  test::check_close(part, {1, -2, 3});
 
   rg::Tensor gathered = comm->all_gather(a);
   CHECK(gathered.shape() == rg::Shape{1, 3});
