@@ -21,9 +21,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <memory>
-#include <utility>
+#include <vector>
 
 namespace rg = ringgrad;
 namespace par = rg::parallel;
@@ -33,36 +32,44 @@ namespace {
 struct Measured {
   double state_mb = 0;  // live bytes after a step, activations freed
   double peak_mb = 0;   // peak live bytes during a step
+  int64_t params = 0;
 };
 
-// One strategy from scratch: a fresh model, two steps, the memory of the second.
-template <typename MakeStep>
-Measured measure(par::Communicator& comm, int64_t layers, int64_t d_model, bool with_ddp,
-                 MakeStep&& make_step) {
+// 0: DDP + AdamW; 1: DDP + ZeRO-1; 2: ZeRO-2 alone (it averages the gradients itself).
+// From scratch: a fresh model, two steps, the memory of the second.
+Measured measure(par::Communicator& comm, int64_t layers, int64_t d_model, int zero_stage) {
   Measured m;
-  {
-    rg::manual_seed(0);
-    rg::nn::TransformerEncoder model(
-        rg::nn::TransformerEncoderLayer(d_model, 8,
-                                        {.dim_feedforward = 4 * d_model, .dropout = 0.0,
-                                         .batch_first = true}),
-        layers);
-    std::unique_ptr<par::DistributedDataParallel> ddp;  // ZeRO-2 averages gradients itself
-    if (with_ddp) ddp = std::make_unique<par::DistributedDataParallel>(model, comm);
-    auto [step, zero_grad] = make_step(model);
-    rg::Generator data(1);
-    for (int s = 0; s < 2; ++s) {
-      rg::Tensor x = rg::randn({2, 32, d_model}, {}, &data);
-      if (s == 1) rg::reset_peak_memory();
-      zero_grad();
-      rg::Tensor y = model(x);
-      (y * y).mean().backward();
-      step();
-    }
-    const rg::MemoryStats stats = rg::memory_stats();
-    m.state_mb = double(stats.live_bytes) / 1e6;
-    m.peak_mb = double(stats.peak_bytes) / 1e6;
+  rg::manual_seed(0);
+  rg::nn::TransformerEncoder model(
+      rg::nn::TransformerEncoderLayer(d_model, 8,
+                                      {.dim_feedforward = 4 * d_model, .dropout = 0.0,
+                                       .batch_first = true}),
+      layers);
+  for (const rg::Tensor& p : model.parameters()) m.params += p.numel();
+  std::unique_ptr<par::DistributedDataParallel> ddp;
+  if (zero_stage < 2) ddp = std::make_unique<par::DistributedDataParallel>(model, comm);
+  auto adamw = [](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
+    return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-4});
+  };
+  std::unique_ptr<rg::optim::Optimizer> plain;
+  std::unique_ptr<par::ZeroRedundancyOptimizer> zero;
+  if (zero_stage == 0)
+    plain = adamw(model.parameters());
+  else
+    zero = std::make_unique<par::ZeroRedundancyOptimizer>(model.parameters(), comm, adamw,
+                                                          par::ZeroOptions{.stage = zero_stage});
+  rg::Generator data(1);
+  for (int s = 0; s < 2; ++s) {
+    rg::Tensor x = rg::randn({2, 32, d_model}, {}, &data);
+    if (s == 1) rg::reset_peak_memory();
+    plain ? plain->zero_grad() : zero->zero_grad();
+    rg::Tensor y = model(x);
+    (y * y).mean().backward();
+    plain ? plain->step() : zero->step();
   }
+  const rg::MemoryStats stats = rg::memory_stats();
+  m.state_mb = double(stats.live_bytes) / 1e6;
+  m.peak_mb = double(stats.peak_bytes) / 1e6;
   return m;
 }
 
@@ -80,38 +87,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   return par::main_guard(world, [&] {
     par::Communicator& comm = world.communicator();
-    int64_t params = 0;
-    std::unique_ptr<rg::optim::AdamW> adamw;
-    std::unique_ptr<par::ZeroRedundancyOptimizer> zero;
-
-    const Measured ddp = measure(comm, layers, d_model, true, [&](rg::nn::Module& model) {
-      params = 0;
-      for (const rg::Tensor& p : model.parameters()) params += p.numel();
-      adamw = std::make_unique<rg::optim::AdamW>(model.parameters(),
-                                                 rg::optim::AdamOptions{.lr = 1e-4});
-      return std::pair{std::function<void()>([&] { adamw->step(); }),
-                       std::function<void()>([&] { adamw->zero_grad(); })};
-    });
-    adamw.reset();
-    const Measured zero1 = measure(comm, layers, d_model, true, [&](rg::nn::Module& model) {
-      zero = std::make_unique<par::ZeroRedundancyOptimizer>(
-          model.parameters(), comm, [](std::vector<rg::Tensor> p) {
-            return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-4});
-          });
-      return std::pair{std::function<void()>([&] { zero->step(); }),
-                       std::function<void()>([&] { zero->zero_grad(); })};
-    });
-    zero.reset();
-    const Measured zero2 = measure(comm, layers, d_model, false, [&](rg::nn::Module& model) {
-      zero = std::make_unique<par::ZeroRedundancyOptimizer>(
-          model.parameters(), comm, [](std::vector<rg::Tensor> p) {
-            return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-4});
-          },
-          par::ZeroOptions{.stage = 2});
-      return std::pair{std::function<void()>([&] { zero->step(); }),
-                       std::function<void()>([&] { zero->zero_grad(); })};
-    });
-    zero.reset();
+    const Measured ddp = measure(comm, layers, d_model, 0);
+    const Measured zero1 = measure(comm, layers, d_model, 1);
+    const Measured zero2 = measure(comm, layers, d_model, 2);
+    const int64_t params = ddp.params;
 
     if (world.is_main()) {
       std::printf("world %d, %.1fM parameters (float32, AdamW), per rank:\n", world.size(),

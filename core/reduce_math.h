@@ -35,29 +35,33 @@ struct SumState {
   RG_HD A result() const { return sum; }
 };
 
-// Max or min; NaN wins (math::maximum / minimum), an empty state is ∓inf (or the
-// integer extreme).
+// The identities of max and min: ∓inf for floats (an all -inf row stays -inf), the
+// int64 extremes for integers. The CPU's reductions start from them too.
+// (Macros, not std::numeric_limits: its constexpr functions are host-only under nvcc.)
+template <typename T>
+RG_HD T lowest() {
+  static_assert(std::is_floating_point_v<T> || std::is_same_v<T, int64_t>);
+  if constexpr (std::is_floating_point_v<T>)
+    return T(-INFINITY);
+  else
+    return T(INT64_MIN);
+}
+template <typename T>
+RG_HD T highest() {
+  static_assert(std::is_floating_point_v<T> || std::is_same_v<T, int64_t>);
+  if constexpr (std::is_floating_point_v<T>)
+    return T(INFINITY);
+  else
+    return T(INT64_MAX);
+}
+
+// Max or min; NaN wins (math::maximum / minimum), an empty state is the identity above.
 template <typename T, bool Max>
 struct ExtremeState {
-  static_assert(std::is_floating_point_v<T> || std::is_same_v<T, int64_t>);
-  T value = Max ? lowest() : highest();
+  T value = Max ? lowest<T>() : highest<T>();
   RG_HD void add(T x, int64_t) { value = Max ? maximum(value, x) : minimum(value, x); }
   RG_HD void merge(const ExtremeState& o) { add(o.value, 0); }
   RG_HD T result() const { return value; }
-
-  // (Macros, not std::numeric_limits: its constexpr functions are host-only under nvcc.)
-  static RG_HD T lowest() {
-    if constexpr (std::is_floating_point_v<T>)
-      return T(-INFINITY);
-    else
-      return T(INT64_MIN);
-  }
-  static RG_HD T highest() {
-    if constexpr (std::is_floating_point_v<T>)
-      return T(INFINITY);
-    else
-      return T(INT64_MAX);
-  }
 };
 
 // The position of the first max (or min) along the row; the first NaN, if any,

@@ -12,26 +12,10 @@
 #include "ringgrad/core/cpu/cpu_backend.h"
 #include "ringgrad/core/cpu/loops.h"
 #include "ringgrad/core/kernel_math.h"
+#include "ringgrad/core/reduce_math.h"
 
 namespace ringgrad::cpu {
 namespace {
-
-// Identities of max and min: ∓inf for floats (an all -inf row stays -inf), the extremes for ints.
-template <typename T>
-T lowest() {
-  if constexpr (std::numeric_limits<T>::has_infinity)
-    return -std::numeric_limits<T>::infinity();
-  else
-    return std::numeric_limits<T>::lowest();
-}
-
-template <typename T>
-T highest() {
-  if constexpr (std::numeric_limits<T>::has_infinity)
-    return std::numeric_limits<T>::infinity();
-  else
-    return std::numeric_limits<T>::max();
-}
 
 template <typename T>
 using acc_t = std::conditional_t<std::is_floating_point_v<T>, double, T>;
@@ -127,12 +111,12 @@ void CpuBackend::reduce(ReduceOp op, const TensorRef& in, const TensorRef& out, 
         break;
       case ReduceOp::Max:
         reduce_values(
-            x, static_cast<T*>(out.data), outer, r, inner, [] { return lowest<T>(); },
+            x, static_cast<T*>(out.data), outer, r, inner, [] { return math::lowest<T>(); },
             math::maximum<T>);
         break;
       case ReduceOp::Min:
         reduce_values(
-            x, static_cast<T*>(out.data), outer, r, inner, [] { return highest<T>(); },
+            x, static_cast<T*>(out.data), outer, r, inner, [] { return math::highest<T>(); },
             math::minimum<T>);
         break;
       case ReduceOp::ArgMax:

@@ -1,9 +1,9 @@
 // mpi_communicator.cpp — Communicator over MPI_COMM_WORLD, for CPU tensors.
 //
-// Each operation is checked on the caller's thread (Communicator's shared checks, then
-// at the call), then queued for the communication thread (comm_thread.h) as a
-// small closure that makes the MPI call. The closures hold the tensors they
-// use, so memory stays alive until MPI is done with it. MPI failures come back
+// Each operation is checked on the caller's thread (Communicator's shared checks,
+// then check_tensor below), then queued for the communication thread
+// (comm_thread.h) as a small closure that makes the MPI call. The closures hold
+// the tensors they use, so memory stays alive until MPI is done with it. MPI failures come back
 // from wait() as ringgrad::Error naming the MPI call: MPI_ERRORS_RETURN makes
 // MPI return error codes instead of killing the process.
 #include "ringgrad/parallel/mpi/mpi_communicator.h"

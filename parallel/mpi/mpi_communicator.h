@@ -2,11 +2,12 @@
 //
 //   mpirun -n 4 prog   (or scripts/rgrun -n 4 prog)  ->  World calls make_mpi_communicator
 //
-// Each communicator (the world, each process group) runs one communication thread that makes its MPI calls, taking
-// operations from a FIFO queue in the order the program issued them: the same
-// order on every rank, which is what MPI's collectives require. The *_async
-// forms only enqueue, so the caller keeps computing (DDP's overlap) while the
-// thread moves bytes; blocking forms enqueue and wait.
+// Each communicator (the world, each process group) runs one communication
+// thread that makes its MPI calls, taking operations from a FIFO queue in the
+// order the program issued them: the same order on every rank, which is what
+// MPI's collectives require. The *_async forms only enqueue, so the caller
+// keeps computing (DDP's overlap) while the thread moves bytes; blocking forms
+// enqueue and wait.
 //
 // Timeout: a wait() that lasts longer than RINGGRAD_COMM_TIMEOUT_S seconds
 // (default 300; 0 turns it off) means a peer has died or stalled: the rank
