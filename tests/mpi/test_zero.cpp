@@ -70,24 +70,6 @@ void train(TwoLayers& model, par::Communicator& comm, bool with_ddp, Step&& step
   }
 }
 
-// The largest parameter difference; with skip_key_bias, without the key part of each
-// attention's in_proj_bias. That slice's true gradient is exactly zero (softmax ignores
-// a constant added to every key), so it gets pure rounding noise, which AdamW divides
-// by its own size: sums taken in another order (MPI_Reduce here, DDP's shared-memory
-// all-reduce there) move it by ~1e-11 in float64 while every other parameter agrees.
-double max_diff(TwoLayers& a, TwoLayers& b, bool skip_key_bias = false) {
-  rg::NoGradGuard no_grad;
-  auto pa = a.named_parameters(), pb = b.named_parameters();
-  double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    rg::Tensor d = rg::abs(pa[i].second - pb[i].second);
-    if (skip_key_bias && pa[i].first.ends_with("self_attn.in_proj_bias"))
-      d.narrow(0, 8, 8).zero_();
-    worst = std::max(worst, rg::amax(d).item());
-  }
-  return worst;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,7 +87,7 @@ int main(int argc, char** argv) {
       return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-2});
     });
     train(*sharded, comm, true, [&] { zero.step(); }, [&] { zero.zero_grad(); }, [] {});
-    const double diff = max_diff(*plain, *sharded);
+    const double diff = mpi_test::max_param_diff(*plain, *sharded);
     check(diff == 0, "ZeRO-1 = DDP + AdamW, bit for bit (max diff " + std::to_string(diff) + ")");
 
     // ZeRO-2, without DDP: gradients reduced to their owners only.
@@ -124,7 +106,9 @@ int main(int argc, char** argv) {
         if (p.grad().defined()) kept += p.numel();
       }
     });
-    const double diff2 = max_diff(*plain, *sharded2, /*skip_key_bias=*/true);
+    // (the key bias left out: MPI_Reduce and DDP's shared-memory all-reduce sum in
+    // different orders, and checks.h says what AdamW makes of that)
+    const double diff2 = mpi_test::max_param_diff(*plain, *sharded2, /*skip_key_bias=*/true);
     check(diff2 <= 1e-12, "ZeRO-2 = DDP + AdamW (max diff " + std::to_string(diff2) + ")");
     int64_t own = 0;
     for (size_t i = 0; i < sharded2->parameters().size(); ++i)
