@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "ringgrad/core/backend.h"
+#include "ringgrad/core/error.h"
 #include "ringgrad/core/cpu/cpu_backend.h"
 #include "ringgrad/core/cuda/pinned.h"
 
@@ -25,10 +26,9 @@ Counters& counters(Device d) {
 
 }  // namespace
 
-Storage::Storage(size_t nbytes, Device device, bool pin) : nbytes_(nbytes), device_(device) {
-  if (pin && device.is_cpu()) data_ = cuda::allocate_pinned(nbytes);
-  pinned_ = data_ != nullptr;
-  if (!pinned_) data_ = backend(device, "allocate").allocate(nbytes);
+namespace {
+
+void count_allocation(Device device, size_t nbytes) {
   Counters& c = counters(device);
   int64_t live = c.live.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
   int64_t peak = c.peak.load();
@@ -37,14 +37,42 @@ Storage::Storage(size_t nbytes, Device device, bool pin) : nbytes_(nbytes), devi
   c.allocations.fetch_add(1);
 }
 
+}  // namespace
+
+Storage::Storage(size_t nbytes, Device device, bool pin) : nbytes_(nbytes), device_(device) {
+  if (pin && device.is_cpu()) data_ = cuda::allocate_pinned(nbytes);
+  pinned_ = data_ != nullptr;
+  if (!pinned_) data_ = backend(device, "allocate").allocate(nbytes);
+  count_allocation(device, nbytes);
+}
+
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> release)
     : data_(data), nbytes_(nbytes), device_(device), external_(true), release_(std::move(release)) {}
+
+void Storage::release_memory() {
+  RG_CHECK(!external_ && !pinned_, "release_memory",
+           "expected a storage this library allocated, got ",
+           external_ ? "external memory (from_blob)" : "pinned memory");
+  if (released_) return;
+  backend(device_, "free").deallocate(data_, nbytes_);
+  counters(device_).live.fetch_sub(static_cast<int64_t>(nbytes_));
+  data_ = nullptr;
+  released_ = true;
+}
+
+void Storage::reallocate_memory() {
+  if (!released_) return;
+  data_ = backend(device_, "allocate").allocate(nbytes_);
+  count_allocation(device_, nbytes_);
+  released_ = false;
+}
 
 Storage::~Storage() {
   if (external_) {
     if (release_) release_(data_);
     return;
   }
+  if (released_) return;
   if (pinned_)
     cuda::free_pinned(data_, nbytes_);
   else

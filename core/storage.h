@@ -35,12 +35,22 @@ class Storage {
   Device device() const { return device_; }
   bool pinned() const { return pinned_; }
 
+  // Give the memory back while the views that name this storage live on, and take
+  // new memory of the same size later (values are not kept): how FSDP frees a
+  // sharded unit's gathered parameters between uses, as PyTorch's FSDP resizes
+  // their storage to zero. Reading a view of a released storage is an error.
+  // Storages this library allocated only (not from_blob, not pinned).
+  void release_memory();
+  void reallocate_memory();
+  bool released() const { return released_; }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   bool pinned_ = false;
   bool external_ = false;
+  bool released_ = false;
   std::function<void(void*)> release_;  // external memory only
 };
 

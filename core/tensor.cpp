@@ -100,6 +100,11 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::raw_data() const {
+  RG_CHECK(!impl().storage->released(), "tensor",
+           "this tensor's memory has been released: it views a sharded unit's parameters, which "
+           "FullyShardedDataParallel gathers only while the unit runs. Call the unit as "
+           "module(x) inside the FSDP model's forward (its hooks gather it), or read the "
+           "parameters inside fsdp.summon_full_params()");
   return static_cast<char*>(impl().storage->data()) + offset() * element_size(dtype());
 }
 

@@ -21,9 +21,17 @@ Tensor Module::forward(const Tensor&) {
        "forward overload)");
 }
 
-Tensor Module::traced_forward(const Tensor& x) {
-  trace::Span span(name(), "forward");
-  return forward(x);
+Tensor Module::call(const Tensor& x, const std::function<Tensor()>& body) {
+  for (auto& hook : pre_hooks_) hook(*this, x);
+  Tensor out;
+  if (trace::enabled()) {
+    trace::Span span(name(), "forward");
+    out = body();
+  } else {
+    out = body();
+  }
+  for (auto& hook : post_hooks_) hook(*this, x, out);
+  return out;
 }
 
 // ---------------------------------------------------------------- registration

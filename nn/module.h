@@ -16,6 +16,7 @@
 // optimizer, say) keep naming the same parameter, as in PyTorch.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,8 +38,27 @@ class Module {
   // The computation, for modules of one input. Modules with other signatures
   // (attention, say) define their own forward overloads instead.
   virtual Tensor forward(const Tensor& x);
-  // With tracing on (core/trace.h), a call is a "forward" slice named by name().
-  Tensor operator()(const Tensor& x) { return trace::enabled() ? traced_forward(x) : forward(x); }
+  // With tracing on (core/trace.h), a call is a "forward" slice named by name(),
+  // and the forward hooks below run around it.
+  Tensor operator()(const Tensor& x) {
+    return trace::enabled() || has_hooks() ? call(x, [&] { return forward(x); }) : forward(x);
+  }
+  // The same for a forward of another signature: `body` computes the output from
+  // `x` (the main input) and whatever else it captured, e.g. in an encoder stack
+  //   x = layer->call(x, [&] { return layer->forward(x, masks); });
+  // so hooks and traces see every layer however it is called.
+  Tensor call(const Tensor& x, const std::function<Tensor()>& body);
+
+  // ---- hooks around a call (PyTorch's register_forward_pre_hook / register_forward_hook) ----
+  // pre(module, input) runs before forward; post(module, input, output) after it, and may
+  // replace the output. They run for calls through operator() or call(), not for a
+  // direct forward(). FullyShardedDataParallel gathers a unit's parameters in its pre
+  // hook and frees them in its post hook.
+  using ForwardPreHook = std::function<void(Module&, const Tensor& input)>;
+  using ForwardHook = std::function<void(Module&, const Tensor& input, Tensor& output)>;
+  void register_forward_pre_hook(ForwardPreHook hook) { pre_hooks_.push_back(std::move(hook)); }
+  void register_forward_hook(ForwardHook hook) { post_hooks_.push_back(std::move(hook)); }
+  bool has_hooks() const { return !pre_hooks_.empty() || !post_hooks_.empty(); }
 
   // ---- the parts of a module ----
   std::vector<Tensor> parameters(bool recurse = true) const;
@@ -90,12 +110,13 @@ class Module {
     std::shared_ptr<Module> owned;  // null for members
   };
   void add_child(std::string name, Module* child, std::shared_ptr<Module> owned);
-  Tensor traced_forward(const Tensor& x);
   void check_new_name(const std::string& name) const;
 
   std::vector<std::pair<std::string, Tensor>> parameters_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<Child> children_;
+  std::vector<ForwardPreHook> pre_hooks_;
+  std::vector<ForwardHook> post_hooks_;
   bool training_ = true;
 };
 

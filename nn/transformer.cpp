@@ -318,8 +318,8 @@ TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& layer, int
 
 Tensor TransformerEncoder::forward(const Tensor& src, const AttentionMasks& masks) {
   Tensor x = src;
-  for (auto& layer : layers) x = layer->forward(x, masks);
-  return norm ? norm->forward(x) : x;
+  for (auto& layer : layers) x = layer->call(x, [&] { return layer->forward(x, masks); });
+  return norm ? (*norm)(x) : x;
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
@@ -329,8 +329,8 @@ TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& layer, int
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
                                    const DecoderMasks& masks) {
   Tensor x = tgt;
-  for (auto& layer : layers) x = layer->forward(x, memory, masks);
-  return norm ? norm->forward(x) : x;
+  for (auto& layer : layers) x = layer->call(x, [&] { return layer->forward(x, memory, masks); });
+  return norm ? (*norm)(x) : x;
 }
 
 // ---- Transformer ----

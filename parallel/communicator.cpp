@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/core/factory.h"
 
 namespace ringgrad::parallel {
@@ -205,6 +206,14 @@ class SingleCommunicator : public Communicator {
 
 std::unique_ptr<Communicator> make_single_communicator() {
   return std::make_unique<SingleCommunicator>();
+}
+
+void broadcast_tensors(Communicator& comm, const std::vector<Tensor>& tensors, int root) {
+  NoGradGuard no_grad;
+  for (const Tensor& t : tensors) {
+    Tensor data = t.detach();
+    comm.broadcast(data, root);
+  }
 }
 
 }  // namespace ringgrad::parallel

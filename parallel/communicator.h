@@ -132,6 +132,10 @@ class Communicator {
 // error naming the variable and the value.
 double comm_timeout_seconds();
 
+// Every tensor made equal to root's, one broadcast each, in order (a collective):
+// how DDP, ZeRO-2 and FSDP start every replica from the same parameters and buffers.
+void broadcast_tensors(Communicator& comm, const std::vector<Tensor>& tensors, int root = 0);
+
 // A world of one: every collective leaves its tensor as it is.
 std::unique_ptr<Communicator> make_single_communicator();
 

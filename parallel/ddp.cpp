@@ -164,11 +164,9 @@ namespace {
 
 // 1. Every replica starts from rank 0's values (parameters and buffers).
 void broadcast_from_rank0(nn::Module& module, Communicator& comm) {
-  NoGradGuard no_grad;
-  for (auto& [name, t] : module.state_dict()) {
-    Tensor data = t.detach();
-    comm.broadcast(data, 0);
-  }
+  std::vector<Tensor> state;
+  for (auto& [name, t] : module.state_dict()) state.push_back(t);
+  broadcast_tensors(comm, state, 0);
 }
 
 // 2. Buckets, filled in reverse registration order (roughly the order backward

@@ -70,13 +70,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, Com
            "expected the factory to return an optimizer, got nullptr");
   if (options.stage == 2) {
     // Without DDP, the replicas start from rank 0's values here.
-    {
-      NoGradGuard no_grad;
-      for (Tensor& p : params_) {
-        Tensor data = p.detach();
-        comm.broadcast(data, 0);
-      }
-    }
+    broadcast_tensors(comm, params_, 0);
     stage2_ = std::make_shared<Stage2>();
     stage2_->comm = &comm;
     stage2_->params = params_;

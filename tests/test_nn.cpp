@@ -520,3 +520,34 @@ TEST_CASE("nn: mse_loss values, reductions and errors") {
   CHECK_CONTAINS(msg, "[2, 3]");
   CHECK_CONTAINS(msg, "[3, 2]");
 }
+
+TEST_CASE("nn: forward hooks run around module(x) and Module::call, not around forward()") {
+  rg::manual_seed(0);
+  rg::nn::Linear fc(3, 2);
+  std::vector<std::string> seen;
+  fc.register_forward_pre_hook([&](rg::nn::Module& m, const rg::Tensor& x) {
+    seen.push_back("pre " + m.name() + " " + std::to_string(x.size(0)));
+  });
+  fc.register_forward_hook([&](rg::nn::Module&, const rg::Tensor&, rg::Tensor& out) {
+    seen.push_back("post");
+    out = out * 2.0;  // a hook may replace the output
+  });
+  rg::Tensor x = rg::ones({4, 3});
+  rg::Tensor plain = fc.forward(x);
+  CHECK(seen.empty());
+  rg::Tensor hooked = fc(x);
+  CHECK(seen == std::vector<std::string>{"pre Linear 4", "post"});
+  CHECK(rg::allclose(hooked, plain * 2.0));
+  fc.call(x, [&] { return fc.forward(x); });
+  CHECK(seen.size() == 4);
+}
+
+TEST_CASE("nn: an encoder stack calls its layers through hooks (FSDP wraps them)") {
+  rg::nn::TransformerEncoderLayer layer(8, 2, {.dim_feedforward = 8, .dropout = 0.0});
+  rg::nn::TransformerEncoder encoder(layer, 2);
+  int calls = 0;
+  for (auto& l : encoder.layers)
+    l->register_forward_pre_hook([&](rg::nn::Module&, const rg::Tensor&) { ++calls; });
+  encoder.forward(rg::ones({3, 1, 8}), rg::nn::AttentionMasks{.is_causal = true});
+  CHECK(calls == 2);
+}

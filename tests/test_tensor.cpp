@@ -572,3 +572,17 @@ TEST_CASE("tensor: in-place on a leaf that requires grad throws under grad mode"
   plain.add_(plain);
   check_close(plain, {2, 2, 2});
 }
+
+TEST_CASE("tensor: a storage's memory released in place: views fail clearly until it is back") {
+  rg::Tensor flat = rg::arange(0, 6).to(rg::kFloat32);
+  rg::Tensor view = flat.narrow(0, 2, 3);
+  const int64_t live = rg::memory_stats().live_bytes;
+  flat.storage()->release_memory();
+  CHECK(rg::memory_stats().live_bytes == live - 24);
+  CHECK_CONTAINS(test::error_of([&] { (void)view.sum().item(); }), "memory has been released");
+  flat.storage()->reallocate_memory();  // new memory, same size; values are not kept
+  CHECK(rg::memory_stats().live_bytes == live);
+  flat.fill_(2.0);
+  CHECK(view.sum().item() == 6.0);
+  flat.storage()->release_memory();  // destroyed while released: nothing freed twice
+}
