@@ -1,6 +1,8 @@
-// bench_sharding.cpp — what each rank keeps in memory under DDP and under ZeRO-1.
+// bench_sharding.cpp — what each rank keeps in memory under DDP, ZeRO-1, ZeRO-2 and
+// FSDP, and how fast FSDP trains next to DDP.
 //
 //   scripts/rgrun -n 4 build/bin/bench_sharding [--layers 6 --d-model 512]
+//   scripts/rgrun -n 2 build/bin/bench_sharding --speed      (samples/s, DDP vs FSDP)
 //
 // A Transformer encoder (about 19M parameters by default: 6 layers, d_model 512) trains
 // two AdamW steps under each strategy, on a small batch: the point is memory, not time
@@ -8,17 +10,23 @@
 // activations gone: the bytes the training state holds (parameters, gradients — DDP's
 // buckets — and optimizer state), and the peak of live tensor memory during a step.
 // Adam in float32 under DDP: 4 (parameter) + 4 (gradient) + 8 (two moments) = 16 bytes per
-// parameter on every rank; ZeRO-1 keeps 8/N of the 8, ZeRO-2 also 4/N of the gradients.
-// FSDP is not built yet: its column says so.
+// parameter on every rank; ZeRO-1 keeps 8/N of the 8, ZeRO-2 also 4/N of the gradients,
+// FSDP (each encoder layer a unit) 16/N of everything, plus the layers gathered at a time.
 // Prints (rank 0): RESULT bench=sharding world=N params_m=… ddp_mb=… zero1_mb=… zero2_mb=…
-//                  zero1_ratio=… zero2_ratio=… ddp_peak_mb=… zero1_peak_mb=… zero2_peak_mb=…
-//                  fsdp_mb=n/a
+//                  fsdp_mb=… zero1_ratio=… zero2_ratio=… fsdp_ratio=… ddp_peak_mb=…
+//                  zero1_peak_mb=… zero2_peak_mb=… fsdp_peak_mb=… fsdp_peak_ratio=…
+// --speed: DDP and FSDP train the same model in turns (rounds of steps, interleaved so
+// that both see the same machine), and the best round of each is kept:
+//                  RESULT bench=sharding_speed world=N ddp_samples_s=… fsdp_samples_s=… ratio=…
 #include <ringgrad/parallel/ddp.h>
+#include <ringgrad/parallel/fsdp.h>
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/parallel/zero.h>
 #include <ringgrad/ringgrad.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -35,42 +43,92 @@ struct Measured {
   int64_t params = 0;
 };
 
-// 0: DDP + AdamW; 1: DDP + ZeRO-1; 2: ZeRO-2 alone (it averages the gradients itself).
-// From scratch: a fresh model, two steps, the memory of the second.
-Measured measure(par::Communicator& comm, int64_t layers, int64_t d_model, int zero_stage) {
-  Measured m;
-  rg::manual_seed(0);
-  rg::nn::TransformerEncoder model(
-      rg::nn::TransformerEncoderLayer(d_model, 8,
-                                      {.dim_feedforward = 4 * d_model, .dropout = 0.0,
-                                       .batch_first = true}),
-      layers);
-  for (const rg::Tensor& p : model.parameters()) m.params += p.numel();
+enum class Strategy { DDP, Zero1, Zero2, FSDP };
+
+// A model, its optimizer, and one training step, under a strategy.
+struct Trainer {
+  rg::nn::TransformerEncoder model;
   std::unique_ptr<par::DistributedDataParallel> ddp;
-  if (zero_stage < 2) ddp = std::make_unique<par::DistributedDataParallel>(model, comm);
-  auto adamw = [](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
-    return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-4});
-  };
+  std::unique_ptr<par::FullyShardedDataParallel> fsdp;
   std::unique_ptr<rg::optim::Optimizer> plain;
   std::unique_ptr<par::ZeroRedundancyOptimizer> zero;
-  if (zero_stage == 0)
-    plain = adamw(model.parameters());
-  else
-    zero = std::make_unique<par::ZeroRedundancyOptimizer>(model.parameters(), comm, adamw,
-                                                          par::ZeroOptions{.stage = zero_stage});
+
+  Trainer(par::Communicator& comm, int64_t layers, int64_t d_model, Strategy strategy)
+      : model(rg::nn::TransformerEncoderLayer(d_model, 8,
+                                              {.dim_feedforward = 4 * d_model, .dropout = 0.0,
+                                               .batch_first = true}),
+              layers) {
+    auto adamw = [](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
+      return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-4});
+    };
+    if (strategy == Strategy::DDP || strategy == Strategy::Zero1)
+      ddp = std::make_unique<par::DistributedDataParallel>(model, comm);
+    if (strategy == Strategy::DDP) plain = adamw(model.parameters());
+    if (strategy == Strategy::Zero1 || strategy == Strategy::Zero2)
+      zero = std::make_unique<par::ZeroRedundancyOptimizer>(
+          model.parameters(), comm, adamw,
+          par::ZeroOptions{.stage = strategy == Strategy::Zero1 ? 1 : 2});
+    if (strategy == Strategy::FSDP) {
+      fsdp = std::make_unique<par::FullyShardedDataParallel>(
+          model, comm,
+          par::FSDPOptions{.auto_wrap_policy =
+                               par::wrap_modules_of_type<rg::nn::TransformerEncoderLayer>()});
+      plain = adamw(fsdp->parameters());
+    }
+  }
+
+  void step(const rg::Tensor& x) {
+    plain ? plain->zero_grad() : zero->zero_grad();
+    rg::Tensor y = fsdp ? (*fsdp)(x) : model(x);
+    (y * y).mean().backward();
+    plain ? plain->step() : zero->step();
+  }
+};
+
+// From scratch: a fresh model, two steps, the memory of the second.
+Measured measure(par::Communicator& comm, int64_t layers, int64_t d_model, Strategy strategy) {
+  Measured m;
+  rg::manual_seed(0);
+  Trainer trainer(comm, layers, d_model, strategy);
   rg::Generator data(1);
   for (int s = 0; s < 2; ++s) {
     rg::Tensor x = rg::randn({2, 32, d_model}, {}, &data);
     if (s == 1) rg::reset_peak_memory();
-    plain ? plain->zero_grad() : zero->zero_grad();
-    rg::Tensor y = model(x);
-    (y * y).mean().backward();
-    plain ? plain->step() : zero->step();
+    trainer.step(x);
+  }
+  for (const auto& [name, p] : trainer.model.named_parameters()) m.params += p.numel();
+  if (trainer.fsdp) {  // the module's own parameters are released views: count the units
+    m.params = 0;
+    for (const auto& unit : trainer.fsdp->units()) m.params += unit.numel;
   }
   const rg::MemoryStats stats = rg::memory_stats();
   m.state_mb = double(stats.live_bytes) / 1e6;
   m.peak_mb = double(stats.peak_bytes) / 1e6;
   return m;
+}
+
+// Samples per second (all ranks together) of the best of `rounds` rounds of `steps`
+// steps, for DDP and FSDP in turns.
+std::pair<double, double> speed(par::Communicator& comm, int64_t layers, int64_t d_model,
+                                int64_t batch, int64_t seq, int rounds, int steps) {
+  rg::manual_seed(0);
+  Trainer ddp(comm, layers, d_model, Strategy::DDP);
+  Trainer fsdp(comm, layers, d_model, Strategy::FSDP);
+  rg::Generator data(1);
+  rg::Tensor x = rg::randn({batch, seq, d_model}, {}, &data);
+  ddp.step(x), fsdp.step(x);  // warm-up: caches, buckets, prefetch order
+  double best[2] = {0, 0};
+  for (int r = 0; r < rounds; ++r)
+    for (int which = 0; which < 2; ++which) {
+      Trainer& t = which == 0 ? ddp : fsdp;
+      comm.barrier();
+      auto start = std::chrono::steady_clock::now();
+      for (int s = 0; s < steps; ++s) t.step(x);
+      comm.barrier();
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      best[which] = std::max(best[which], double(steps * batch * comm.size()) / seconds);
+    }
+  return {best[0], best[1]};
 }
 
 }  // namespace
@@ -80,16 +138,37 @@ int main(int argc, char** argv) {
   // buckets are mapped, not allocated, and would not show). Every rank sets it alike.
   setenv("RINGGRAD_SHM_ALLREDUCE", "0", /*overwrite=*/0);
   par::World world(argc, argv);
-  CLI::App app{"Per-rank memory of the training state: DDP, ZeRO-1, ZeRO-2"};
-  int64_t layers = 6, d_model = 512;
+  CLI::App app{"Per-rank memory of the training state: DDP, ZeRO-1, ZeRO-2, FSDP"};
+  int64_t layers = 6, d_model = 512, batch = 4, seq = 64;
+  int rounds = 3, steps = 3;
+  bool run_speed = false;
   app.add_option("--layers", layers, "encoder layers")->check(CLI::PositiveNumber);
   app.add_option("--d-model", d_model, "model width (a multiple of 8)")->check(CLI::PositiveNumber);
+  app.add_flag("--speed", run_speed, "measure samples/s of DDP and FSDP instead of memory");
+  app.add_option("--batch-size", batch, "--speed: sequences per rank per step")->check(CLI::PositiveNumber);
+  app.add_option("--seq", seq, "--speed: tokens per sequence")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", rounds, "--speed: interleaved rounds")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "--speed: steps per round")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   return par::main_guard(world, [&] {
     par::Communicator& comm = world.communicator();
-    const Measured ddp = measure(comm, layers, d_model, 0);
-    const Measured zero1 = measure(comm, layers, d_model, 1);
-    const Measured zero2 = measure(comm, layers, d_model, 2);
+    if (run_speed) {
+      auto [ddp, fsdp] = speed(comm, layers, d_model, batch, seq, rounds, steps);
+      if (world.is_main())
+        std::printf(
+            "world %d, best of %d interleaved rounds of %d steps (batch %lld x %lld tokens per "
+            "rank):\n  DDP  %8.2f samples/s\n  FSDP %8.2f samples/s  (%.2f of DDP)\n"
+            "RESULT bench=sharding_speed world=%d ddp_samples_s=%.2f fsdp_samples_s=%.2f "
+            "ratio=%.3f\n",
+            world.size(), rounds, steps, static_cast<long long>(batch),
+            static_cast<long long>(seq), ddp, fsdp, fsdp / ddp, world.size(), ddp, fsdp,
+            fsdp / ddp);
+      return 0;
+    }
+    const Measured ddp = measure(comm, layers, d_model, Strategy::DDP);
+    const Measured zero1 = measure(comm, layers, d_model, Strategy::Zero1);
+    const Measured zero2 = measure(comm, layers, d_model, Strategy::Zero2);
+    const Measured fsdp = measure(comm, layers, d_model, Strategy::FSDP);
     const int64_t params = ddp.params;
 
     if (world.is_main()) {
@@ -97,18 +176,18 @@ int main(int argc, char** argv) {
                   double(params) / 1e6);
       std::printf("  %-8s %14s %14s\n", "", "state MB", "peak MB");
       std::printf("  %-8s %14.1f %14.1f\n", "DDP", ddp.state_mb, ddp.peak_mb);
-      std::printf("  %-8s %14.1f %14.1f   (%.2f of DDP's state)\n", "ZeRO-1", zero1.state_mb,
-                  zero1.peak_mb, zero1.state_mb / ddp.state_mb);
-      std::printf("  %-8s %14.1f %14.1f   (%.2f of DDP's state)\n", "ZeRO-2", zero2.state_mb,
-                  zero2.peak_mb, zero2.state_mb / ddp.state_mb);
-      std::printf("  FSDP: not built yet\n");
+      for (auto [name, m] : {std::pair{"ZeRO-1", zero1}, {"ZeRO-2", zero2}, {"FSDP", fsdp}})
+        std::printf("  %-8s %14.1f %14.1f   (%.2f of DDP's state, %.2f of its peak)\n", name,
+                    m.state_mb, m.peak_mb, m.state_mb / ddp.state_mb, m.peak_mb / ddp.peak_mb);
       std::printf(
           "RESULT bench=sharding world=%d params_m=%.1f ddp_mb=%.1f zero1_mb=%.1f zero2_mb=%.1f "
-          "zero1_ratio=%.3f zero2_ratio=%.3f ddp_peak_mb=%.1f zero1_peak_mb=%.1f "
-          "zero2_peak_mb=%.1f fsdp_mb=n/a\n",
+          "fsdp_mb=%.1f zero1_ratio=%.3f zero2_ratio=%.3f fsdp_ratio=%.3f ddp_peak_mb=%.1f "
+          "zero1_peak_mb=%.1f zero2_peak_mb=%.1f fsdp_peak_mb=%.1f fsdp_peak_ratio=%.3f\n",
           world.size(), double(params) / 1e6, ddp.state_mb, zero1.state_mb, zero2.state_mb,
-          zero1.state_mb / ddp.state_mb, zero2.state_mb / ddp.state_mb, ddp.peak_mb,
-          zero1.peak_mb, zero2.peak_mb);
+          fsdp.state_mb, zero1.state_mb / ddp.state_mb, zero2.state_mb / ddp.state_mb,
+          fsdp.state_mb / ddp.state_mb, ddp.peak_mb, zero1.peak_mb, zero2.peak_mb, fsdp.peak_mb,
+          fsdp.peak_mb / ddp.peak_mb);
+      if (fsdp.params != params) std::printf("warning: FSDP counted %lld parameters\n", static_cast<long long>(fsdp.params));
     }
     return 0;
   });
