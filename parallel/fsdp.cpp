@@ -29,6 +29,7 @@
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/ops.h"
 #include "ringgrad/core/trace.h"
+#include "ringgrad/parallel/zero.h"
 
 namespace ringgrad::parallel {
 
@@ -64,6 +65,7 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
   const bool* sync = nullptr;
   std::vector<Unit> units;  // the root unit (if it has parameters) first
   bool has_root = false;
+  bool summoned = false;  // a FullParams guard lives: every unit stays gathered, hooks idle
   double wait_seconds = 0;
   // per forward: the order units ran in (this forward's, and the previous one's for prefetch)
   std::vector<size_t> order, last_order;
@@ -107,6 +109,7 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
   // ---- 2. forward
 
   void before_forward(size_t k) {
+    if (summoned) return;
     order.push_back(k);
     gather(units[k]);
     // Prefetch: the unit that ran next in the previous forward.
@@ -116,6 +119,7 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
   }
 
   void after_forward(size_t k, Tensor& out) {
+    if (summoned) return;
     if (options.reshard_after_forward || !is_grad_enabled()) reshard(units[k]);
     out = announce_backward(out, k);
   }
@@ -366,6 +370,9 @@ Tensor FullyShardedDataParallel::forward(const Tensor& x) {
   State& s = *state_;
   RG_CHECK(!s.active, "FullyShardedDataParallel",
            "expected the previous backward to have finished before the next forward");
+  RG_CHECK(!s.summoned, "FullyShardedDataParallel",
+           "expected no summon_full_params() guard alive during fsdp(x): inside one, call the "
+           "module itself (every unit is gathered)");
   s.last_order.swap(s.order);
   s.order.clear();
   if (s.has_root) s.gather(s.units[s.root()]);
@@ -384,35 +391,21 @@ std::vector<Tensor> FullyShardedDataParallel::parameters() const {
 }
 
 double FullyShardedDataParallel::clip_grad_norm_(double max_norm) {
-  NoGradGuard no_grad;
-  double local = 0;
-  for (const Unit& u : state_->units)
-    if (u.shard.grad().defined()) {
-      Tensor g = u.shard.grad().to(kFloat64);
-      local += sum(g * g).item();
-    }
-  Tensor total = full({1}, local, {.dtype = kFloat64});
-  state_->comm->all_reduce(total, Reduce::Sum);
-  double norm = std::sqrt(total.item());
-  double scale = max_norm / (norm + 1e-6);  // optim::clip_grad_norm's formula
-  if (scale < 1)
-    for (const Unit& u : state_->units)
-      if (u.shard.grad().defined()) {
-        Tensor g = u.shard.grad();
-        g.mul_(scale);
-      }
-  return norm;
+  return clip_grad_norm_sharded(parameters(), max_norm, *state_->comm);  // zero.h
 }
 
 FullyShardedDataParallel::FullParams::FullParams(FullyShardedDataParallel& fsdp, bool writeback)
     : fsdp_(fsdp), writeback_(writeback) {
   RG_CHECK(!fsdp.state_->active, "summon_full_params", "expected no backward under way");
+  RG_CHECK(!fsdp.state_->summoned, "summon_full_params", "expected no other guard alive");
   for (Unit& u : fsdp.state_->units) fsdp.state_->start_gather(u);
   for (Unit& u : fsdp.state_->units) fsdp.state_->gather(u);
+  fsdp.state_->summoned = true;
 }
 
 FullyShardedDataParallel::FullParams::~FullParams() {
   State& s = *fsdp_.state_;
+  s.summoned = false;
   NoGradGuard no_grad;
   for (Unit& u : s.units) {
     if (writeback_) u.shard.copy_(u.full.narrow(0, s.comm->rank() * u.shard.numel(), u.shard.numel()));

@@ -107,9 +107,10 @@ class FullyShardedDataParallel {
   double clip_grad_norm_(double max_norm);
 
   // While a FullParams guard lives every unit is gathered: the module's parameters
-  // hold the whole values (to evaluate piecewise, print or copy them). With
-  // writeback, changes made to them are copied into the shards when it ends.
-  // A collective on construction: every rank makes one.
+  // hold the whole values, and the module can be called on its own (to generate,
+  // print or copy them; the units' hooks stand aside). With writeback, changes made
+  // to them are copied into the shards when it ends. A collective on construction:
+  // every rank makes one.
   class FullParams {
    public:
     FullParams(FullyShardedDataParallel& fsdp, bool writeback);

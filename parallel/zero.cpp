@@ -2,11 +2,13 @@
 #include "ringgrad/parallel/zero.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/autograd/node.h"
 #include "ringgrad/core/factory.h"
+#include "ringgrad/core/ops.h"
 
 namespace ringgrad::parallel {
 
@@ -98,6 +100,34 @@ void ZeroRedundancyOptimizer::step() {
 
 void ZeroRedundancyOptimizer::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());
+}
+
+double clip_grad_norm_sharded(const std::vector<Tensor>& owned, double max_norm,
+                              Communicator& comm) {
+  NoGradGuard no_grad;
+  double local = 0;
+  for (const Tensor& p : owned)
+    if (p.grad().defined()) {
+      Tensor g = p.grad().to(kFloat64);
+      local += sum(g * g).item();
+    }
+  Tensor total = full({1}, local, {.dtype = kFloat64});
+  comm.all_reduce(total, Reduce::Sum);
+  const double norm = std::sqrt(total.item());
+  const double scale = max_norm / (norm + 1e-6);  // optim::clip_grad_norm's factor
+  if (scale < 1)
+    for (const Tensor& p : owned)
+      if (p.grad().defined()) {
+        Tensor g = p.grad();
+        g.mul_(scale);
+      }
+  return norm;
+}
+
+// Each rank's own parameters: every gradient counted once (under ZeRO-1 every rank
+// holds all of them, averaged; only the owner's update counts, so only it clips).
+double ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm) {
+  return clip_grad_norm_sharded(local_, max_norm, comm_);
 }
 
 int64_t ZeroRedundancyOptimizer::local_state_bytes() const {

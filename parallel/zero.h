@@ -52,6 +52,12 @@ class ZeroRedundancyOptimizer {
   void step();       // update this rank's parameters, then broadcast every one from its owner
   void zero_grad();  // every parameter's gradient, as the optimizer's own zero_grad
 
+  // Scales the gradients so that their global L2 norm is at most max_norm; returns the
+  // norm before clipping, as optim::clip_grad_norm on every parameter would (a
+  // collective). Under ZeRO-2, where each rank keeps only its own gradients, the
+  // only correct way to clip.
+  double clip_grad_norm_(double max_norm);
+
   int owner(size_t i) const { return owner_[i]; }  // the rank that updates parameter i
   const std::vector<Tensor>& local_parameters() const { return local_; }
   optim::Optimizer& local_optimizer() { return *optimizer_; }  // for schedules, checkpoints
@@ -78,5 +84,12 @@ class ZeroRedundancyOptimizer {
   std::vector<Tensor> local_;
   std::unique_ptr<optim::Optimizer> optimizer_;
 };
+
+// clip_grad_norm over gradients sharded across the ranks of comm: each rank passes
+// the parameters whose gradients it owns (disjoint; together every one once). The
+// squared norms are summed locally in float64, all-reduced, and each rank scales
+// its own gradients by optim::clip_grad_norm's factor. Returns the global norm.
+double clip_grad_norm_sharded(const std::vector<Tensor>& owned, double max_norm,
+                              Communicator& comm);
 
 }  // namespace ringgrad::parallel

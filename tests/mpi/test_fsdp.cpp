@@ -160,6 +160,12 @@ void check_sharding(par::Communicator& comm) {
     auto whole = fsdp.summon_full_params();
     check(std::isfinite(model->first.linear1.weight.sum().item()),
           "summon_full_params gathers every unit");
+    rg::Tensor x = rg::zeros({1, 2, 8}, {.dtype = rg::kFloat64});
+    (void)(*model)(x);  // the module on its own: the units' hooks stand aside
+    check(std::isfinite(model->second.linear2.weight.sum().item()),
+          "inside summon_full_params the module runs alone and nothing is released");
+    mpi_test::check_error([&] { (void)fsdp(x); }, "expected no summon_full_params() guard alive",
+                          "fsdp(x) inside summon_full_params", rank);
   }
   // A unit's parameters must share a dtype.
   auto mixed = make_model(rg::kFloat64);

@@ -17,6 +17,8 @@
 #include <ringgrad/parallel/zero.h>
 #include <ringgrad/ringgrad.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -114,6 +116,35 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < sharded2->parameters().size(); ++i)
       if (zero2.owner(i) == rank) own += sharded2->parameters()[i].numel();
     check(kept == own, "ZeRO-2: after backward, only the own parameters' gradients are kept");
+
+    // Clipping: under ZeRO-2 each rank holds only its own gradients, and
+    // clip_grad_norm_ must still give the global norm and DDP's clipped steps.
+    auto clipped = make_model();
+    rg::optim::AdamW clipped_opt(clipped->parameters(), {.lr = 1e-2});
+    std::vector<double> ddp_norms, zero_norms;
+    train(*clipped, comm, true, [&] {
+      ddp_norms.push_back(rg::optim::clip_grad_norm(clipped->parameters(), 0.05));
+      clipped_opt.step();
+    }, [&] { clipped_opt.zero_grad(); }, [] {});
+    auto clipped2 = make_model();
+    par::ZeroRedundancyOptimizer clipped_zero2(
+        clipped2->parameters(), comm,
+        [](std::vector<rg::Tensor> p) {
+          return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-2});
+        },
+        {.stage = 2});
+    train(*clipped2, comm, false, [&] {
+      zero_norms.push_back(clipped_zero2.clip_grad_norm_(0.05));
+      clipped_zero2.step();
+    }, [&] { clipped_zero2.zero_grad(); }, [] {});
+    double norm_diff = 0;
+    for (size_t i = 0; i < ddp_norms.size(); ++i)
+      norm_diff = std::max(norm_diff, std::abs(ddp_norms[i] - zero_norms[i]) / ddp_norms[i]);
+    check(ddp_norms.size() == 10 && ddp_norms[0] > 0.05 && norm_diff <= 1e-12,
+          "ZeRO-2 clip_grad_norm_ = DDP's global norm (relative diff " + std::to_string(norm_diff) + ")");
+    const double diff_clip = mpi_test::max_param_diff(*clipped, *clipped2, /*skip_key_bias=*/true);
+    check(diff_clip <= 1e-12, "ZeRO-2 with clipping = DDP + clip_grad_norm (max diff " +
+                                  std::to_string(diff_clip) + ")");
 
     // The optimizer state: each rank's share, adding up to the whole.
     std::map<std::string, std::string> meta;
