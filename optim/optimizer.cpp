@@ -44,6 +44,26 @@ static std::string exact(double v) {
   return os.str();
 }
 
+std::optional<StateKey> parse_state_key(const std::string& key) {
+  // "state." digits "." digits "." name, without exceptions on any input
+  auto number = [&](size_t& pos, size_t& value) {
+    size_t start = pos;
+    value = 0;
+    while (pos < key.size() && key[pos] >= '0' && key[pos] <= '9' && pos - start < 18)
+      value = value * 10 + static_cast<size_t>(key[pos++] - '0');
+    return pos > start && pos < key.size() && key[pos] == '.';
+  };
+  if (key.rfind("state.", 0) != 0) return std::nullopt;
+  StateKey k;
+  size_t pos = 6;
+  if (!number(pos, k.group)) return std::nullopt;
+  ++pos;
+  if (!number(pos, k.index)) return std::nullopt;
+  k.name = key.substr(pos + 1);
+  if (k.name.empty()) return std::nullopt;
+  return k;
+}
+
 NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata) const {
   NamedTensors out;
   for (auto& [key, buffers] : state_)
@@ -87,16 +107,13 @@ void Optimizer::load_state_dict(const NamedTensors& state,
   steps_ = std::stoll(get("steps"));
   state_.clear();
   for (auto& [key, t] : state) {
-    // "state.<group>.<index>.<name>"
-    size_t a = key.find('.'), b = key.find('.', a + 1), c = key.find('.', b + 1);
-    RG_CHECK(key.rfind("state.", 0) == 0 && b != std::string::npos && c != std::string::npos,
-             "load_state_dict", "expected keys state.<group>.<index>.<name>, got ", key);
-    size_t g = std::stoul(key.substr(a + 1, b - a - 1)),
-           i = std::stoul(key.substr(b + 1, c - b - 1));
+    std::optional<StateKey> parsed = parse_state_key(key);
+    RG_CHECK(parsed.has_value(), "load_state_dict", "expected keys state.<group>.<index>.<name>, got ", key);
+    const size_t g = parsed->group, i = parsed->index;
     RG_CHECK(g < groups_.size() && i < groups_[g].params.size(), "load_state_dict",
              "expected state for an existing parameter, got ", key);
     const Tensor& p = groups_[g].params[i];
-    std::string buffer = key.substr(c + 1);
+    const std::string& buffer = parsed->name;
     if (buffer == "step") {  // a per-parameter counter: a float64 scalar kept on the CPU
       RG_CHECK(t.numel() == 1, "load_state_dict", "expected ", key, " to be a scalar, got shape ",
                shape_str(t.shape()));

@@ -118,6 +118,14 @@ class AdamW : public Adam {
 std::vector<std::pair<std::vector<Tensor>, GroupOptions>> weight_decay_groups(
     const NamedTensors& named_parameters, double weight_decay);
 
+// A state_dict key "state.<group>.<index>.<name>" taken apart, or nullopt when it
+// is not one (sharded optimizers re-number keys between their form and the plain one).
+struct StateKey {
+  size_t group = 0, index = 0;
+  std::string name;
+};
+std::optional<StateKey> parse_state_key(const std::string& key);
+
 // Scales all gradients so their global L2 norm is at most max_norm; returns the
 // norm before clipping (torch.nn.utils.clip_grad_norm_).
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);

@@ -441,6 +441,127 @@ void FullyShardedDataParallel::load_full_state_dict(const NamedTensors& state, b
   module_.load_state_dict(state, strict);
 }
 
+namespace {
+
+// For each unit and each of its parameters, the parameter's index in
+// module.parameters(): the numbering of a plain optimizer over the whole model.
+std::vector<std::vector<size_t>> plain_indices(const std::vector<Unit>& units, nn::Module& module) {
+  std::map<const TensorImpl*, size_t> index;
+  std::vector<Tensor> all = module.parameters();
+  for (size_t i = 0; i < all.size(); ++i) index.emplace(all[i].impl_ptr().get(), i);
+  std::vector<std::vector<size_t>> out;
+  for (const Unit& u : units) {
+    out.emplace_back();
+    for (const Tensor& p : u.params) out.back().push_back(index.at(p.impl_ptr().get()));
+  }
+  return out;
+}
+
+// The optimizer must step exactly the shards, in one group.
+void check_sharded_optimizer(const optim::Optimizer& opt, const std::vector<Unit>& units,
+                             const char* who) {
+  const auto& groups = opt.param_groups();
+  bool ok = groups.size() == 1 && groups[0].params.size() == units.size();
+  for (size_t k = 0; ok && k < units.size(); ++k)
+    ok = groups[0].params[k].impl_ptr() == units[k].shard.impl_ptr();
+  RG_CHECK(ok, who, "expected an optimizer built on fsdp.parameters() (one group, the ",
+           units.size(), " shards in order)");
+}
+
+}  // namespace
+
+NamedTensors FullyShardedDataParallel::full_optim_state_dict(
+    const optim::Optimizer& opt, std::map<std::string, std::string>* metadata, int to) {
+  State& s = *state_;
+  check_sharded_optimizer(opt, s.units, "full_optim_state_dict");
+  RG_CHECK(to >= 0 && to < s.comm->size(), "full_optim_state_dict", "expected a rank in [0, ",
+           s.comm->size(), "), got ", to);
+  const bool mine = s.comm->rank() == to;
+  const auto indices = plain_indices(s.units, module_);
+  std::map<std::string, std::string> local_meta;
+  // Every rank holds the same buffer names for each shard (they all step together),
+  // in the same (sorted) order: the gathers below pair up.
+  std::map<std::pair<size_t, std::string>, Tensor> local;
+  for (auto& [key, t] : opt.state_dict(&local_meta)) {
+    std::optional<optim::StateKey> k = optim::parse_state_key(key);
+    RG_CHECK(k && k->group == 0 && k->index < s.units.size(), "full_optim_state_dict",
+             "expected keys state.0.<unit>.<name>, got ", key);
+    local[{k->index, k->name}] = t;
+  }
+  std::map<std::pair<size_t, std::string>, Tensor> plain;  // (plain index, name) -> tensor
+  for (auto& [where, t] : local) {
+    const Unit& u = s.units[where.first];
+    const std::vector<size_t>& index = indices[where.first];
+    if (t.dim() == 0) {  // a per-parameter counter ("step"): the same for each
+      for (size_t i = 0; i < u.params.size(); ++i) plain[{index[i], where.second}] = t.clone();
+      continue;
+    }
+    Tensor whole = empty({u.shard.numel() * s.comm->size()}, {.dtype = t.dtype(), .device = t.device()});
+    s.comm->all_gather_async(whole, t.contiguous())->wait();
+    if (mine)
+      for (size_t i = 0; i < u.params.size(); ++i)
+        plain[{index[i], where.second}] =
+            whole.narrow(0, u.offsets[i], u.params[i].numel()).view(u.params[i].shape()).clone();
+  }
+  NamedTensors out;
+  if (!mine) return out;
+  for (auto& [where, t] : plain)
+    out.emplace_back("state.0." + std::to_string(where.first) + "." + where.second, t);
+  if (metadata) {
+    *metadata = local_meta;  // the optimizer's name, steps, the group's lr and decay
+    (*metadata)["group.0.size"] = std::to_string(module_.parameters().size());
+  }
+  return out;
+}
+
+void FullyShardedDataParallel::load_full_optim_state_dict(
+    optim::Optimizer& opt, const NamedTensors& state,
+    const std::map<std::string, std::string>& metadata) {
+  State& s = *state_;
+  check_sharded_optimizer(opt, s.units, "load_full_optim_state_dict");
+  const size_t total = module_.parameters().size();
+  auto size = metadata.find("group.0.size");
+  RG_CHECK(size != metadata.end() && size->second == std::to_string(total),
+           "load_full_optim_state_dict", "expected the state of an optimizer over the module's ",
+           total, " parameters, got group.0.size = ", size == metadata.end() ? "(none)" : size->second);
+  std::map<std::pair<size_t, std::string>, Tensor> plain;
+  for (const auto& [key, t] : state) {
+    std::optional<optim::StateKey> k = optim::parse_state_key(key);
+    RG_CHECK(k && k->group == 0 && k->index < total, "load_full_optim_state_dict",
+             "expected keys state.0.<index>.<name> with index below ", total, ", got ", key);
+    plain[{k->index, k->name}] = t;
+  }
+  const auto indices = plain_indices(s.units, module_);
+  NamedTensors local;
+  NoGradGuard no_grad;
+  for (size_t k = 0; k < s.units.size(); ++k) {
+    const Unit& u = s.units[k];
+    std::set<std::string> names;  // the buffers the unit's first parameter has
+    for (auto& [where, t] : plain)
+      if (where.first == indices[k].front()) names.insert(where.second);
+    for (const std::string& name : names) {
+      const Tensor& first = plain.at({indices[k].front(), name});
+      if (first.dim() == 0) {  // a per-parameter counter ("step")
+        local.emplace_back("state.0." + std::to_string(k) + "." + name, first);
+        continue;
+      }
+      Tensor whole = zeros({u.shard.numel() * s.comm->size()}, {.dtype = u.shard.dtype()});
+      for (size_t i = 0; i < u.params.size(); ++i) {
+        auto it = plain.find({indices[k][i], name});
+        RG_CHECK(it != plain.end() && it->second.numel() == u.params[i].numel(),
+                 "load_full_optim_state_dict", "expected state.0.", indices[k][i], ".", name,
+                 " with ", u.params[i].numel(), " elements (", u.names[i], ")");
+        whole.narrow(0, u.offsets[i], u.params[i].numel()).copy_(it->second.reshape({-1}));
+      }
+      local.emplace_back("state.0." + std::to_string(k) + "." + name,
+                         whole.narrow(0, s.comm->rank() * u.shard.numel(), u.shard.numel()).clone());
+    }
+  }
+  std::map<std::string, std::string> local_meta = metadata;
+  local_meta["group.0.size"] = std::to_string(s.units.size());
+  opt.load_state_dict(local, local_meta);
+}
+
 std::vector<FullyShardedDataParallel::UnitInfo> FullyShardedDataParallel::units() const {
   std::vector<UnitInfo> info;
   for (const Unit& u : state_->units) info.push_back({u.name, u.names, u.numel, u.shard.numel()});

@@ -44,11 +44,13 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ringgrad/nn/module.h"
+#include "ringgrad/optim/optimizer.h"
 #include "ringgrad/parallel/communicator.h"
 
 namespace ringgrad::parallel {
@@ -132,6 +134,18 @@ class FullyShardedDataParallel {
   // Loads a whole state dict (every rank passes the same one, e.g. read from
   // one file) into the shards; strict as Module::load_state_dict.
   void load_full_state_dict(const NamedTensors& state, bool strict = true);
+
+  // The state of `opt` — an optimizer over parameters(), one group — in the form
+  // the same optimizer over module().parameters(), unsharded, writes, on rank `to`
+  // (a collective; other ranks get an empty result): per-element buffers (Adam's
+  // moments) gathered and cut per parameter, per-parameter counters ("step")
+  // copied to each. A plain optimizer loads it, at any world size; and so does
+  // load_full_optim_state_dict, which takes the whole state on every rank and keeps
+  // this rank's shard of it (not a collective).
+  NamedTensors full_optim_state_dict(const optim::Optimizer& opt,
+                                     std::map<std::string, std::string>* metadata, int to = 0);
+  void load_full_optim_state_dict(optim::Optimizer& opt, const NamedTensors& state,
+                                  const std::map<std::string, std::string>& metadata);
 
   // The units, root first: name ("" for the root), parameter names, sizes.
   struct UnitInfo {

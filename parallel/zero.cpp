@@ -151,13 +151,13 @@ std::string decode(const Tensor& codes) {
   return text;
 }
 
-// "state.<group>.<index>.<name>" -> (index, name)
-std::pair<size_t, std::string> parse_key(const std::string& key) {
-  size_t a = key.find('.'), b = key.find('.', a + 1), c = key.find('.', b + 1);
-  RG_CHECK(key.rfind("state.0.", 0) == 0 && c != std::string::npos, "consolidate_state_dict",
-           "expected the local optimizer's keys as state.0.<index>.<name> (one parameter "
-           "group), got ", key);
-  return {std::stoul(key.substr(b + 1, c - b - 1)), key.substr(c + 1)};
+// "state.0.<index>.<name>" -> (index, name): the local optimizer has one group.
+std::pair<size_t, std::string> parse_key(const std::string& key, const char* who) {
+  std::optional<optim::StateKey> k = optim::parse_state_key(key);
+  RG_CHECK(k && k->group == 0, who,
+           "expected optimizer state keys state.0.<index>.<name> (one parameter group), got ",
+           key);
+  return {k->index, k->name};
 }
 
 }  // namespace
@@ -176,7 +176,7 @@ NamedTensors ZeroRedundancyOptimizer::consolidate_state_dict(
   std::map<std::string, std::string> local_meta;
   NamedTensors mine;
   for (auto& [key, t] : optimizer_->state_dict(&local_meta)) {
-    auto [index, name] = parse_key(key);
+    auto [index, name] = parse_key(key, "consolidate_state_dict");
     mine.emplace_back("state.0." + std::to_string(global[index]) + "." + name, t.contiguous());
   }
 
@@ -220,8 +220,8 @@ NamedTensors ZeroRedundancyOptimizer::consolidate_state_dict(
   }
   // In the unsharded optimizer's order: by parameter, then by name.
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-    auto [ia, na] = parse_key(a.first);
-    auto [ib, nb] = parse_key(b.first);
+    auto [ia, na] = parse_key(a.first, "consolidate_state_dict");
+    auto [ib, nb] = parse_key(b.first, "consolidate_state_dict");
     return ia != ib ? ia < ib : na < nb;
   });
   if (metadata) {
@@ -229,6 +229,32 @@ NamedTensors ZeroRedundancyOptimizer::consolidate_state_dict(
     (*metadata)["group.0.size"] = std::to_string(params_.size());
   }
   return all;
+}
+
+void ZeroRedundancyOptimizer::load_consolidated_state_dict(
+    const NamedTensors& state, const std::map<std::string, std::string>& metadata) {
+  RG_CHECK(optimizer_->param_groups().size() <= 1, "load_consolidated_state_dict",
+           "expected a local optimizer with one parameter group, got ",
+           optimizer_->param_groups().size());
+  auto size = metadata.find("group.0.size");
+  RG_CHECK(size != metadata.end() && size->second == std::to_string(params_.size()),
+           "load_consolidated_state_dict", "expected the state of an optimizer over ",
+           params_.size(), " parameters, got group.0.size = ",
+           size == metadata.end() ? "(none)" : size->second);
+  std::vector<size_t> local_index(params_.size(), 0);  // index in params_ -> in local_
+  for (size_t i = 0, l = 0; i < params_.size(); ++i)
+    if (owner_[i] == comm_.rank()) local_index[i] = l++;
+  NamedTensors mine;
+  for (const auto& [key, t] : state) {
+    auto [index, name] = parse_key(key, "load_consolidated_state_dict");
+    RG_CHECK(index < params_.size(), "load_consolidated_state_dict",
+             "expected state for one of the ", params_.size(), " parameters, got ", key);
+    if (owner_[index] == comm_.rank())
+      mine.emplace_back("state.0." + std::to_string(local_index[index]) + "." + name, t);
+  }
+  std::map<std::string, std::string> local_meta = metadata;
+  local_meta["group.0.size"] = std::to_string(local_.size());
+  optimizer_->load_state_dict(mine, local_meta);
 }
 
 }  // namespace ringgrad::parallel

@@ -72,6 +72,11 @@ class ZeroRedundancyOptimizer {
   // checkpoint moves between ZeRO and DDP. Other ranks get an empty result. The
   // local optimizer must have one parameter group (what `make` builds from a list).
   NamedTensors consolidate_state_dict(std::map<std::string, std::string>* metadata, int to = 0);
+  // The reverse: every rank passes the whole state (as consolidate_state_dict or a
+  // plain optimizer over the same parameters wrote it, at any world size) and keeps
+  // its own parameters' part. Not a collective.
+  void load_consolidated_state_dict(const NamedTensors& state,
+                                    const std::map<std::string, std::string>& metadata);
 
  private:
   struct Stage2;  // ZeRO-2's per-backward state, shared with the gradient hooks

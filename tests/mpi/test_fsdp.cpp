@@ -174,6 +174,62 @@ void check_sharding(par::Communicator& comm) {
               "a unit with two dtypes", rank);
 }
 
+// The optimizer state moves between FSDP and a plain optimizer: full_optim_state_dict
+// is the plain AdamW's state (DDP's), and a fresh FSDP that loads the plain state (and
+// the model) continues exactly as DDP continues.
+void check_optimizer_state(par::Communicator& comm) {
+  const Run three{.steps = 3};
+  auto plain = make_model(rg::kFloat64);
+  par::DistributedDataParallel ddp(*plain, comm);
+  rg::optim::AdamW adamw(plain->parameters(), {.lr = 1e-2});
+  train(ddp, adamw, rg::kFloat64, three);
+  auto model = make_model(rg::kFloat64);
+  par::FullyShardedDataParallel fsdp(
+      *model, comm, {.auto_wrap_policy = par::wrap_modules_of_type<rg::nn::TransformerEncoderLayer>()});
+  rg::optim::AdamW sharded(fsdp.parameters(), {.lr = 1e-2});
+  train(fsdp, sharded, rg::kFloat64, three);
+
+  std::map<std::string, std::string> want_meta, got_meta;
+  rg::NamedTensors want = adamw.state_dict(&want_meta);
+  rg::NamedTensors got = fsdp.full_optim_state_dict(sharded, &got_meta, 0);
+  if (rank == 0) {
+    bool same = got.size() == want.size();
+    double worst = 0;
+    for (size_t i = 0; same && i < want.size(); ++i) {
+      same = got[i].first == want[i].first && got[i].second.shape() == want[i].second.shape();
+      if (same) worst = std::max(worst, rg::amax(rg::abs(got[i].second - want[i].second)).item());
+    }
+    check(same, "full_optim_state_dict has the plain AdamW's keys and shapes (" +
+                    std::to_string(got.size()) + " tensors)");
+    check(worst <= 1e-12, "and its values (max diff " + std::to_string(worst) + ")");
+    check(got_meta == want_meta, "and its metadata");
+  } else {
+    check(got.empty(), "full_optim_state_dict goes to rank 0 only");
+  }
+  // Resume under FSDP from the plain states, and take 3 more steps beside DDP.
+  auto resumed = make_model(rg::kFloat64);
+  par::FullyShardedDataParallel fsdp2(
+      *resumed, comm, {.auto_wrap_policy = par::wrap_modules_of_type<rg::nn::TransformerEncoderLayer>()});
+  rg::optim::AdamW sharded2(fsdp2.parameters(), {.lr = 1e-2});
+  fsdp2.load_full_state_dict(plain->state_dict());
+  fsdp2.load_full_optim_state_dict(sharded2, want, want_meta);
+  check(sharded2.steps() == 3, "the loaded optimizer continues at step 3");
+  train(ddp, adamw, rg::kFloat64, three);
+  train(fsdp2, sharded2, rg::kFloat64, three);
+  double diff = 0;
+  {
+    auto whole = fsdp2.summon_full_params(false);
+    diff = mpi_test::max_param_diff(*plain, *resumed, /*skip_key_bias=*/true);
+  }
+  check(diff <= 1e-12, "FSDP resumed from DDP's model and AdamW state = DDP (max diff " +
+                           std::to_string(diff) + ")");
+  std::map<std::string, std::string> bad = want_meta;
+  bad["group.0.size"] = "3";
+  mpi_test::check_error([&] { fsdp2.load_full_optim_state_dict(sharded2, want, bad); },
+                        "expected the state of an optimizer over the module's", "a state of another model",
+                        rank);
+}
+
 const char* kWrapLayers = "each layer a unit";
 
 par::FSDPOptions each_layer() {
@@ -280,6 +336,7 @@ int main(int argc, char** argv) {
             each_layer(), 1e-12, comm);
     compare("clip_grad_norm_ to 0.05", rg::kFloat64, {.clip = 0.05}, each_layer(), 1e-12, comm);
     check_sharding(comm);
+    check_optimizer_state(comm);
     return mpi_test::report(rank, N);
   });
 }

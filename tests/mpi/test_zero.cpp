@@ -172,7 +172,27 @@ int main(int argc, char** argv) {
       rg::optim::AdamW reloaded(fresh->parameters(), {.lr = 1e-2});
       reloaded.load_state_dict(consolidated, zero_meta);
       check(reloaded.steps() == 10, "a plain AdamW loads it");
-    } else {
+    }
+    {
+      // Every rank loads the whole plain state into a fresh ZeRO-1 and keeps its part:
+      // consolidating it again gives the same state, bit for bit.
+      auto fresh = make_model();
+      par::ZeroRedundancyOptimizer again(fresh->parameters(), comm, [](std::vector<rg::Tensor> p) {
+        return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-2});
+      });
+      again.load_consolidated_state_dict(adamw.state_dict(&meta), meta);
+      check(again.local_state_bytes() == mine, "load_consolidated_state_dict keeps this rank's part");
+      std::map<std::string, std::string> again_meta;
+      rg::NamedTensors round = again.consolidate_state_dict(&again_meta, 0);
+      if (rank == 0) {
+        bool same = round.size() == consolidated.size() && again_meta == zero_meta;
+        for (size_t i = 0; same && i < round.size(); ++i)
+          same = round[i].first == consolidated[i].first &&
+                 rg::allclose(round[i].second, consolidated[i].second, 0, 0);
+        check(same, "loaded and consolidated again: the same state");
+      }
+    }
+    if (rank != 0) {
       check(consolidated.empty(), "other ranks get nothing");
     }
     int64_t params = 0;

@@ -1,0 +1,483 @@
+// gpt.cpp — a character-level GPT, trained with any of ringgrad's data-parallel
+// strategies, on its own or composed with context parallelism: all of parallel/ in one model.
+//
+//   scripts/rgrun -n 2 build/bin/gpt                            DDP on the fortunes text
+//   scripts/rgrun -n 2 build/bin/gpt --strategy fsdp            the same, fully sharded
+//   scripts/rgrun -n 4 build/bin/gpt --dp 2 --cp 2 --strategy zero2
+//   build/bin/gpt --data book.txt --steps 3000 --save gpt.safetensors
+//
+// The model (GPT-2's shape, small): bytes as tokens (a vocabulary of 256, so any text
+// works), token and learned position embeddings, pre-norm blocks of causal
+// self-attention and a GELU MLP, a final LayerNorm, and an LM head tied to the token
+// embedding. AdamW with linear warmup and cosine decay, gradients clipped to norm 1.
+//
+// The ranks form a (dp, cp) mesh (parallel/device_mesh.h): each of the dp replicas
+// takes --batch-size sequences of every step's batch, and the cp ranks of a replica
+// share each sequence (context parallelism: every attention is ring attention over
+// the cp group, the sequence cut zigzag). The gradient is the mean over all tokens,
+// so it is averaged over all dp·cp ranks, by the chosen strategy (parallel/README.md):
+//   ddp    DistributedDataParallel: every rank holds everything, gradients all-reduced
+//   zero1  DDP + ZeroRedundancyOptimizer: each rank keeps the AdamW state of 1/N
+//   zero2  ZeroRedundancyOptimizer stage 2: gradients reduced to their owners too
+//   fsdp   FullyShardedDataParallel, one unit per block: parameters sharded as well
+// All four compute the same training run, up to the order of floating-point sums.
+//
+// Data: --data FILE, or by default the fortune files of Debian's `fortunes` package
+// (scripts/setup installs it), concatenated: the first 90% trains, the last 10% is
+// for validation. Every eval interval prints the train and validation loss; the end
+// prints a sample from --prompt, then
+//   RESULT example=gpt world=N strategy=S val_loss=… unigram_loss=… tokens_per_s=…
+// where unigram_loss is the entropy (nats/char) of the validation text's byte
+// frequencies: the loss of a model that learned nothing but how often each byte occurs.
+//
+// --save PATH writes the model (whole, from any strategy) to PATH and the optimizer
+// state (whole, in the form a plain AdamW writes) to PATH.optim, with the step
+// reached; --resume PATH continues from them, under any strategy and world size.
+// --trace FILE.json writes a Chrome trace of one step: FSDP's all-gathers and
+// reduce-scatters, DDP's buckets or the ring's K/V transfers on each rank's comm track.
+#include <ringgrad/parallel/context_parallel.h>
+#include <ringgrad/parallel/ddp.h>
+#include <ringgrad/parallel/device_mesh.h>
+#include <ringgrad/parallel/fsdp.h>
+#include <ringgrad/parallel/world.h>
+#include <ringgrad/parallel/zero.h>
+#include <ringgrad/ringgrad.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace rg = ringgrad;
+namespace par = rg::parallel;
+
+namespace {
+
+// ---------------------------------------------------------------- the model
+
+struct GPTConfig {
+  int64_t seq = 128, layers = 4, d_model = 128, heads = 4;
+  static constexpr int64_t vocab = 256;  // bytes
+};
+
+// x + attention(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2.
+class Block : public rg::nn::Module {
+ public:
+  Block(int64_t d_model, int64_t heads)
+      : ln1(d_model), ln2(d_model), attn(d_model, heads, {.batch_first = true}),
+        fc(d_model, 4 * d_model), proj(4 * d_model, d_model) {
+    register_module("ln1", ln1);
+    register_module("attn", attn);
+    register_module("ln2", ln2);
+    register_module("fc", fc);
+    register_module("proj", proj);
+  }
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor h = ln1(x);
+    rg::Tensor y = x + attn(h, h, h, {.is_causal = true});  // ring attention under context_parallel
+    return y + proj(rg::gelu(fc(ln2(y))));
+  }
+
+  rg::nn::LayerNorm ln1, ln2;
+  rg::nn::MultiheadAttention attn;
+  rg::nn::Linear fc, proj;
+};
+
+class GPT : public rg::nn::Module {
+ public:
+  explicit GPT(const GPTConfig& c)
+      : wte(GPTConfig::vocab, c.d_model), wpe(c.seq, c.d_model), ln_f(c.d_model) {
+    register_module("wte", wte);
+    register_module("wpe", wpe);
+    blocks = register_module("blocks", std::make_shared<rg::nn::Sequential>());
+    for (int64_t i = 0; i < c.layers; ++i) blocks->add(std::make_shared<Block>(c.d_model, c.heads));
+    register_module("ln_f", ln_f);
+    rg::NoGradGuard no_grad;  // GPT-2's embedding init: small, as the head shares it
+    rg::nn::init::normal_(wte.weight, 0.0, 0.02);
+    rg::nn::init::normal_(wpe.weight, 0.0, 0.02);
+    positions = rg::arange(c.seq, {.dtype = rg::kInt64}).unsqueeze(0);
+  }
+
+  // tokens (B, T) -> logits (B, T, 256). Token t sits at positions[0, t]: 0..T−1, or
+  // under context parallelism this rank's global positions (the guard shards
+  // `positions` with the tokens).
+  rg::Tensor forward(const rg::Tensor& tokens) override {
+    rg::Tensor pos = positions.narrow(1, 0, tokens.size(1));
+    rg::Tensor x = wte(tokens) + wpe(pos);
+    x = ln_f((*blocks)(x));
+    return rg::matmul(x, wte.weight.t());  // the LM head, tied to the token embedding
+  }
+
+  rg::nn::Embedding wte, wpe;
+  std::shared_ptr<rg::nn::Sequential> blocks;
+  rg::nn::LayerNorm ln_f;
+  rg::Tensor positions;  // (1, seq) int64; not a parameter or buffer
+};
+
+// ---------------------------------------------------------------- the data
+
+std::vector<std::string> default_data_files() {
+  const std::filesystem::path dir = "/usr/share/games/fortunes";
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string ext = entry.path().extension().string();
+    if (entry.is_regular_file() && ext.empty()) files.push_back(entry.path().string());
+  }
+  RG_CHECK(!files.empty(), "gpt", "expected the fortune files in ", dir.string(),
+           " (install Debian's `fortunes` package: scripts/setup does), or give --data FILE");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  RG_CHECK(in.good(), "gpt", "cannot open --data file '", path, "'");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct Text {
+  std::string train, val;
+};
+
+Text load_text(const std::string& data, int64_t seq) {
+  std::string all;
+  for (const std::string& f : data.empty() ? default_data_files() : std::vector{data})
+    all += read_file(f);
+  const size_t split = all.size() * 9 / 10;
+  Text t{all.substr(0, split), all.substr(split)};
+  RG_CHECK(static_cast<int64_t>(t.val.size()) > seq + 1, "gpt", "expected a text long enough for "
+           "a validation window of --seq ", seq, " (10% of it), got ", all.size(), " bytes from ",
+           data.empty() ? "the fortune files" : "'" + data + "'");
+  return t;
+}
+
+// Entropy of the byte frequencies (nats/char): the loss of a model without context.
+double unigram_loss(const std::string& text) {
+  std::array<double, 256> count{};
+  for (unsigned char c : text) count[c] += 1;
+  double h = 0;
+  for (double n : count)
+    if (n > 0) h -= n / double(text.size()) * std::log(n / double(text.size()));
+  return h;
+}
+
+// `rows` windows of seq + 1 bytes from `text`, starting at `starts`: the tokens and,
+// one byte on, the targets, each (rows, seq) int64.
+std::pair<rg::Tensor, rg::Tensor> windows(const std::string& text, const std::vector<size_t>& starts,
+                                          int64_t seq) {
+  std::vector<int64_t> x, y;
+  for (size_t s : starts)
+    for (int64_t i = 0; i < seq; ++i) {
+      x.push_back(static_cast<unsigned char>(text[s + i]));
+      y.push_back(static_cast<unsigned char>(text[s + i + 1]));
+    }
+  const int64_t rows = static_cast<int64_t>(starts.size());
+  return {rg::from_vector(x, {rows, seq}), rg::from_vector(y, {rows, seq})};
+}
+
+// ---------------------------------------------------------------- the strategies
+
+// The model under one strategy: the forward to call, the optimizer to step, and
+// how to clip, save and load — the only places the four differ.
+struct Trainer {
+  std::string strategy;
+  GPT& model;
+  par::Communicator& comm;  // every rank: the gradient is averaged over dp and cp
+  std::unique_ptr<par::DistributedDataParallel> ddp;
+  std::unique_ptr<par::ZeroRedundancyOptimizer> zero;
+  std::unique_ptr<par::FullyShardedDataParallel> fsdp;
+  std::unique_ptr<rg::optim::Optimizer> adamw;  // ddp, fsdp (ZeRO has its own)
+
+  Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr) : strategy(s), model(m), comm(c) {
+    auto make = [lr](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
+      return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
+    };
+    if (s == "ddp" || s == "zero1") ddp = std::make_unique<par::DistributedDataParallel>(m, c);
+    if (s == "ddp") adamw = make(m.parameters());
+    if (s == "zero1" || s == "zero2")
+      zero = std::make_unique<par::ZeroRedundancyOptimizer>(m.parameters(), c, make,
+                                                            par::ZeroOptions{.stage = s == "zero1" ? 1 : 2});
+    if (s == "fsdp") {
+      fsdp = std::make_unique<par::FullyShardedDataParallel>(
+          m, c, par::FSDPOptions{.auto_wrap_policy = par::wrap_modules_of_type<Block>()});
+      adamw = make(fsdp->parameters());
+    }
+  }
+
+  rg::optim::Optimizer& optimizer() { return zero ? zero->local_optimizer() : *adamw; }
+  rg::Tensor forward(const rg::Tensor& tokens) {
+    return fsdp ? (*fsdp)(tokens) : ddp ? (*ddp)(tokens) : model(tokens);
+  }
+  double clip(double max_norm) {
+    if (fsdp) return fsdp->clip_grad_norm_(max_norm);
+    if (zero) return zero->clip_grad_norm_(max_norm);
+    return rg::optim::clip_grad_norm(model.parameters(), max_norm);
+  }
+  void step() { zero ? zero->step() : adamw->step(); }
+  void zero_grad() { zero ? zero->zero_grad() : adamw->zero_grad(); }
+
+  // The whole model and optimizer state, on rank 0, in the form an unsharded model
+  // and a plain AdamW over model.parameters() write (collectives: every rank calls).
+  rg::NamedTensors model_state() {
+    if (fsdp) return fsdp->full_state_dict(0);
+    return comm.rank() == 0 ? model.state_dict() : rg::NamedTensors{};
+  }
+  rg::NamedTensors optimizer_state(std::map<std::string, std::string>* meta) {
+    if (zero) return zero->consolidate_state_dict(meta, 0);
+    if (fsdp) return fsdp->full_optim_state_dict(*adamw, meta, 0);
+    return comm.rank() == 0 ? adamw->state_dict(meta) : rg::NamedTensors{};
+  }
+  // Every rank passes the whole states it read from the files.
+  void load(const rg::NamedTensors& model_state, const rg::NamedTensors& optim_state,
+            const std::map<std::string, std::string>& meta) {
+    if (fsdp) {
+      fsdp->load_full_state_dict(model_state);
+      fsdp->load_full_optim_state_dict(*adamw, optim_state, meta);
+      return;
+    }
+    model.load_state_dict(model_state);
+    if (zero)
+      zero->load_consolidated_state_dict(optim_state, meta);
+    else
+      adamw->load_state_dict(optim_state, meta);
+  }
+};
+
+// ---------------------------------------------------------------- generation
+
+// Continues `prompt` by `length` bytes, sampling each from the softmax of the last
+// logits / temperature over the top_k most likely bytes.
+std::string generate(GPT& model, const std::string& prompt, int64_t length, double temperature,
+                     int64_t top_k, int64_t seq, uint64_t seed) {
+  rg::NoGradGuard no_grad;
+  model.eval();
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> context(prompt.begin(), prompt.end());
+  for (int64_t& c : context) c = static_cast<unsigned char>(c);
+  std::string out = prompt;
+  for (int64_t i = 0; i < length; ++i) {
+    const int64_t t = std::min<int64_t>(static_cast<int64_t>(context.size()), seq);
+    std::vector<int64_t> window(context.end() - t, context.end());
+    rg::Tensor logits = model(rg::from_vector(window, {1, t})).select(1, t - 1).reshape({-1});
+    std::vector<double> l = logits.tolist<double>();
+    std::vector<double> sorted = l;
+    std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
+    const double kth = sorted[static_cast<size_t>(top_k - 1)], top = *std::max_element(l.begin(), l.end());
+    std::vector<double> weights(l.size());
+    for (size_t v = 0; v < l.size(); ++v)
+      weights[v] = l[v] >= kth ? std::exp((l[v] - top) / temperature) : 0.0;
+    const int64_t next = std::discrete_distribution<int64_t>(weights.begin(), weights.end())(rng);
+    context.push_back(next);
+    out += static_cast<char>(next);
+  }
+  model.train();
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  par::World world(argc, argv);
+  CLI::App app{"A character-level GPT, data-parallel (ddp, zero1, zero2, fsdp) x context-parallel"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one counts
+  GPTConfig config;
+  std::string data, strategy = "ddp", save_path, resume_path, trace_path, prompt = "The ";
+  int dp = 0, cp = 1;
+  int64_t steps = 1000, batch = 16, eval_every = 100, eval_batches = 8, sample_length = 300,
+          top_k = 20, log_every = 0, stop_at = 0;
+  double lr = 3e-3, temperature = 0.8;
+  uint64_t seed = 0;
+  app.add_option("--data", data, "a text file (default: the fortunes package's files)");
+  app.add_option("--strategy", strategy, "ddp | zero1 | zero2 | fsdp")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "fsdp"}));
+  app.add_option("--dp", dp, "data-parallel replicas (default: world size / cp)")->check(CLI::PositiveNumber);
+  app.add_option("--cp", cp, "ranks sharing each sequence (context parallelism)")->check(CLI::PositiveNumber);
+  app.add_option("--seq", config.seq, "context length")->check(CLI::PositiveNumber);
+  app.add_option("--layers", config.layers, "Transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--d-model", config.d_model, "model width")->check(CLI::PositiveNumber);
+  app.add_option("--heads", config.heads, "attention heads (dividing --d-model)")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "optimizer steps (in all, counting a resumed run's)")->check(CLI::PositiveNumber);
+  app.add_option("--stop-at", stop_at, "stop after this step (the schedule still spans --steps): "
+                 "a run to --save and --resume later")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", batch, "sequences per step on each data-parallel replica")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", lr, "peak learning rate (AdamW; warmup 5% of the steps, then cosine)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", eval_every, "steps between train/val loss lines")->check(CLI::PositiveNumber);
+  app.add_option("--eval-batches", eval_batches, "validation batches per evaluation")->check(CLI::PositiveNumber);
+  app.add_option("--log-every", log_every, "also print the training loss every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--prompt", prompt, "the start of the generated sample");
+  app.add_option("--sample-length", sample_length, "bytes to generate at the end (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--temperature", temperature, "sampling temperature")->check(CLI::PositiveNumber);
+  app.add_option("--top-k", top_k, "sample among the k most likely bytes")->check(CLI::Range(1, 256));
+  app.add_option("--seed", seed, "model initialisation and data order");
+  app.add_option("--save", save_path, "write the model to PATH and the optimizer state to PATH.optim");
+  app.add_option("--resume", resume_path, "continue from the checkpoint at PATH (and PATH.optim)");
+  app.add_option("--trace", trace_path, "write a Chrome trace of the third step to FILE.json");
+  CLI11_PARSE(app, argc, argv);
+
+  return par::main_guard(world, [&] {
+    if (dp == 0) dp = world.size() / cp;
+    RG_CHECK(dp * cp == world.size(), "gpt", "expected --dp x --cp = the world size ",
+             world.size(), ", got ", dp, " x ", cp);
+    RG_CHECK(config.d_model % config.heads == 0, "gpt", "expected --heads to divide --d-model ",
+             config.d_model, ", got ", config.heads);
+    RG_CHECK(cp == 1 || config.seq % (2 * cp) == 0, "gpt", "expected --seq divisible by 2 x --cp = ",
+             2 * cp, " (the zigzag cut), got ", config.seq);
+    RG_CHECK(!prompt.empty(), "gpt", "expected a non-empty --prompt");
+    par::DeviceMesh mesh(world.communicator(), {{"dp", dp}, {"cp", cp}});
+    par::Communicator& everyone = mesh.group({"dp", "cp"});
+    const int replica = mesh.rank("dp");
+
+    const Text text = load_text(data, config.seq);
+    const double unigram = unigram_loss(text.val);
+    rg::manual_seed(seed);  // the same initial model on every rank
+    GPT model(config);
+    Trainer trainer(strategy, model, everyone, lr);
+    rg::optim::WarmupCosine schedule(trainer.optimizer(),
+                                     {.warmup_steps = std::max<int64_t>(1, steps / 20),
+                                      .total_steps = steps, .min_factor = 0.1});
+    int64_t start_step = 0;
+    if (!resume_path.empty()) {
+      std::map<std::string, std::string> model_meta, optim_meta;
+      rg::NamedTensors state = rg::load_safetensors(resume_path, &model_meta);
+      rg::NamedTensors optim = rg::load_safetensors(resume_path + ".optim", &optim_meta);
+      trainer.load(state, optim, optim_meta);
+      start_step = trainer.optimizer().steps();
+      schedule.resume_at(start_step);
+    }
+    if (world.is_main())
+      std::printf(
+          "gpt: %lld parameters (%lld layers, d_model %lld, %lld heads, context %lld); world %d = "
+          "dp %d x cp %d, strategy %s, %lld sequences per step (%lld per replica)\n"
+          "data: %zu train / %zu validation bytes, unigram loss %.4f nats/char%s\n",
+          static_cast<long long>(model.num_parameters()), static_cast<long long>(config.layers),
+          static_cast<long long>(config.d_model), static_cast<long long>(config.heads),
+          static_cast<long long>(config.seq), world.size(), dp, cp, strategy.c_str(),
+          static_cast<long long>(batch * dp), static_cast<long long>(batch), text.train.size(),
+          text.val.size(), unigram,
+          start_step > 0 ? (", resumed at step " + std::to_string(start_step)).c_str() : "");
+
+    // This rank's part of a batch of whole windows: its replica's rows, and under
+    // context parallelism its shard of each sequence (and of the positions).
+    // `body` runs inside the guard, where every attention is ring attention.
+    auto on_my_part = [&](rg::Tensor tokens, rg::Tensor targets, const auto& body) {
+      tokens = tokens.narrow(0, replica * batch, batch).contiguous();
+      targets = targets.narrow(0, replica * batch, batch).contiguous();
+      if (cp == 1) return body(tokens, targets);
+      auto guard = par::context_parallel(mesh.group("cp"), {&tokens, &targets, &model.positions},
+                                         /*seq_dims=*/{1}, {.causal = true});
+      return body(tokens, targets);
+    };
+    auto loss_of = [&](const rg::Tensor& tokens, const rg::Tensor& targets) {
+      rg::Tensor logits = trainer.forward(tokens);
+      return rg::nn::cross_entropy(logits.reshape({-1, GPTConfig::vocab}), targets.reshape({-1}));
+    };
+    // The mean loss over every rank's tokens (all shards are equal-sized).
+    auto mean_over_ranks = [&](double local) {
+      rg::Tensor t = rg::full({1}, local, {.dtype = rg::kFloat64});
+      everyone.all_reduce(t, par::Reduce::Avg);
+      return t.item();
+    };
+    // Validation: the same eval_batches x (batch·dp) windows every time, evenly spread.
+    auto validation_loss = [&] {
+      rg::NoGradGuard no_grad;
+      const size_t rows = static_cast<size_t>(batch * dp), n = static_cast<size_t>(eval_batches) * rows;
+      const size_t span = text.val.size() - static_cast<size_t>(config.seq) - 1;
+      double sum = 0;
+      for (int64_t b = 0; b < eval_batches; ++b) {
+        std::vector<size_t> starts;
+        for (size_t r = 0; r < rows; ++r) starts.push_back((static_cast<size_t>(b) * rows + r) * span / n);
+        auto [x, y] = windows(text.val, starts, config.seq);
+        sum += on_my_part(x, y, [&](const rg::Tensor& xs, const rg::Tensor& ys) {
+          return loss_of(xs, ys).item();
+        });
+      }
+      return mean_over_ranks(sum / double(eval_batches));
+    };
+
+    const int64_t end = stop_at > 0 ? std::min(stop_at, steps) : steps;
+    double seconds = 0, train_loss = 0, window_loss = 0;
+    int64_t window_steps = 0, timed_tokens = 0;
+    for (int64_t step = start_step; step < end; ++step) {
+      const bool traced = !trace_path.empty() && step == start_step + 2;
+      if (traced) rg::trace::start(trace_path, world.rank(), world.size());
+      auto start = std::chrono::steady_clock::now();
+      // The step's batch, the same on every rank: dp · batch random windows.
+      std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(step));
+      std::uniform_int_distribution<size_t> pick(0, text.train.size() - static_cast<size_t>(config.seq) - 1);
+      std::vector<size_t> starts(static_cast<size_t>(batch * dp));
+      for (size_t& s : starts) s = pick(rng);
+      auto [x, y] = windows(text.train, starts, config.seq);
+
+      trainer.zero_grad();
+      const double local = on_my_part(x, y, [&](const rg::Tensor& xs, const rg::Tensor& ys) {
+        rg::Tensor loss = loss_of(xs, ys);
+        loss.backward();
+        return loss.item();
+      });
+      trainer.clip(1.0);
+      trainer.step();
+      schedule.step();
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (step > start_step) seconds += elapsed, timed_tokens += batch * dp * config.seq;  // not the first: warm-up
+      if (traced) {
+        std::string where = par::stop_trace(world, trace_path);
+        if (world.is_main()) std::printf("trace of step %lld written to %s\n", static_cast<long long>(step + 1), where.c_str());
+      }
+      window_loss += local, ++window_steps;
+      const bool eval_now = (step + 1) % eval_every == 0 || step + 1 == end;
+      const bool log_now = log_every > 0 && (step + 1) % log_every == 0;
+      if (eval_now || log_now) {
+        train_loss = mean_over_ranks(window_loss / double(window_steps));
+        window_loss = 0, window_steps = 0;
+      }
+      if (log_now && world.is_main())
+        std::printf("step %5lld  train loss %.6f\n", static_cast<long long>(step + 1), train_loss);
+      if (eval_now) {
+        const double val = validation_loss();
+        if (world.is_main())
+          std::printf("step %5lld/%lld  train loss %.4f  val loss %.4f  (%.2f of unigram)  %.0f tokens/s\n",
+                      static_cast<long long>(step + 1), static_cast<long long>(steps), train_loss, val,
+                      val / unigram, seconds > 0 ? double(timed_tokens) / seconds : 0.0);
+      }
+    }
+    const double val = validation_loss();
+
+    // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy.
+    std::map<std::string, std::string> optim_meta;
+    rg::NamedTensors optim_state = trainer.optimizer_state(&optim_meta);
+    rg::NamedTensors model_state = trainer.model_state();
+    if (!save_path.empty() && world.is_main()) {
+      rg::save_safetensors(model_state, save_path, {{"format", "ringgrad"}, {"example", "gpt"}});
+      rg::save_safetensors(optim_state, save_path + ".optim", optim_meta);
+      std::printf("saved %s and %s.optim (step %lld)\n", save_path.c_str(), save_path.c_str(),
+                  static_cast<long long>(end));
+    }
+    // A sample, on rank 0, from the whole model (sharded strategies: gathered above).
+    if (world.is_main() && sample_length > 0) {
+      GPT whole(config);
+      whole.load_state_dict(model_state);
+      std::printf("sample (temperature %.2f, top-k %lld):\n%s\n", temperature, static_cast<long long>(top_k),
+                  generate(whole, prompt, sample_length, temperature, top_k, config.seq, seed).c_str());
+    }
+    if (world.is_main())
+      std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d val_loss=%.4f unigram_loss=%.4f "
+                  "tokens_per_s=%.0f\n",
+                  world.size(), strategy.c_str(), dp, cp, val, unigram,
+                  seconds > 0 ? double(timed_tokens) / seconds : 0.0);
+    return 0;
+  });
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# check_gpt_strategies.sh — the GPT example trains the same run under every strategy.
+#
+#   tests/check_gpt_strategies.sh RGRUN GPT [ARGS...]
+#
+# At world 2 a small GPT trains 20 steps under ddp, zero1, zero2, fsdp, and fsdp with
+# context parallelism (--dp 1 --cp 2, one replica of twice the sequences); each prints its training loss at step 20 and
+# its validation loss (the train loss is the mean over steps 11-20). All are the same computation up to the order of float32 sums,
+# so every loss must agree with DDP's within 1e-4 (relative). Then a checkpoint
+# moves between strategies: fsdp trains 10 steps and saves, zero2 resumes to step 20,
+# and must end where DDP's straight 20 steps ended (the batches depend only on the
+# step, and model and AdamW state travel whole). ctest runs it as example_gpt_strategies_2.
+set -euo pipefail
+[ $# -ge 2 ] || { echo "usage: $0 RGRUN GPT [ARGS...]" >&2; exit 2; }
+rgrun=$1 gpt=$2
+shift 2
+small=(--steps 20 --layers 2 --d-model 64 --heads 4 --seq 64 --batch-size 4 --eval-every 20
+       --eval-batches 2 --log-every 10 --sample-length 20 "$@")
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# "train val" losses of one run, from its "step 20 train loss" and RESULT lines.
+losses() {
+  local out
+  out=$("$rgrun" -n 2 "$gpt" "${small[@]}" "$@" 2>&1) || { echo "$out" >&2; echo "FAILED: $*" >&2; return 1; }
+  local train val
+  train=$(echo "$out" | sed -nE 's/^step +20  train loss ([0-9.]+)$/\1/p' | tail -1)
+  val=$(echo "$out" | sed -nE 's/^RESULT example=gpt .* val_loss=([0-9.]+) .*/\1/p' | tail -1)
+  [ -n "$train" ] && [ -n "$val" ] || { echo "$out" >&2; echo "FAILED: no losses from $*" >&2; return 1; }
+  echo "$train $val"
+}
+
+close() {  # name, reference "train val", other "train val"
+  awk -v name="$1" -v a="$2" -v b="$3" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); worst = 0
+    for (i = 1; i <= 2; ++i) { d = (x[i] - y[i]) / x[i]; if (d < 0) d = -d; if (d > worst) worst = d }
+    printf "%-28s train %s  val %s   (largest relative difference from ddp %.2e)\n", name, y[1], y[2], worst
+    exit (worst <= 1e-4 ? 0 : 1)
+  }'
+}
+
+reference=$(losses --strategy ddp)
+echo "ddp                          train ${reference% *}  val ${reference#* }"
+status=0
+for s in zero1 zero2 fsdp; do
+  close "$s" "$reference" "$(losses --strategy "$s")" || status=1
+done
+# One replica of 8 sequences, each shared by 2 ranks: the same 8 windows per step.
+close "fsdp, dp 1 x cp 2" "$reference" "$(losses --strategy fsdp --dp 1 --cp 2 --batch-size 8)" || status=1
+"$rgrun" -n 2 "$gpt" "${small[@]}" --strategy fsdp --save "$dir/ckpt" --stop-at 10 \
+  > "$dir/save.log" 2>&1 || { cat "$dir/save.log" >&2; echo "FAILED: fsdp --save" >&2; exit 1; }
+close "fsdp 10 steps, zero2 resumes" "$reference" "$(losses --strategy zero2 --resume "$dir/ckpt")" || status=1
+[ $status -eq 0 ] || echo "FAILED: a strategy's losses differ from DDP's" >&2
+exit $status
