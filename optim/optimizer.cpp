@@ -218,7 +218,7 @@ AdamW::AdamW(GroupList groups, AdamOptions o) : Adam(std::move(groups), o, true)
 
 // ---------------------------------------------------------------- clipping, checkpoints
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+double grad_norm_squared(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
   double total = 0;
   for (const Tensor& p : params)
@@ -226,14 +226,23 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
       Tensor g = p.grad().to(kFloat64);
       total += sum(g * g).item();
     }
-  double norm = std::sqrt(total);
-  double scale = max_norm / (norm + 1e-6);
-  if (scale < 1)
-    for (const Tensor& p : params)
-      if (p.grad().defined()) {
-        Tensor g = p.grad();
-        g.mul_(scale);
-      }
+  return total;
+}
+
+void scale_grads_to_norm(const std::vector<Tensor>& params, double norm, double max_norm) {
+  NoGradGuard no_grad;
+  const double scale = max_norm / (norm + 1e-6);
+  if (scale >= 1) return;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) {
+      Tensor g = p.grad();
+      g.mul_(scale);
+    }
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  const double norm = std::sqrt(grad_norm_squared(params));
+  scale_grads_to_norm(params, norm, max_norm);
   return norm;
 }
 

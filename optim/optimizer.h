@@ -127,8 +127,13 @@ struct StateKey {
 std::optional<StateKey> parse_state_key(const std::string& key);
 
 // Scales all gradients so their global L2 norm is at most max_norm; returns the
-// norm before clipping (torch.nn.utils.clip_grad_norm_).
+// norm before clipping (torch.nn.utils.clip_grad_norm_). It is the two steps below,
+// which sharded training (parallel/zero.h) runs with a sum across ranks in between.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The sum of the squared gradients' elements, in float64 (parameters without one: 0).
+double grad_norm_squared(const std::vector<Tensor>& params);
+// Every gradient times max_norm / (norm + 1e-6), when that is below 1.
+void scale_grads_to_norm(const std::vector<Tensor>& params, double norm, double max_norm);
 
 // Checkpoints: the optimizer's state as a .safetensors file (written atomically).
 void save(const Optimizer& optimizer, const std::string& path);

@@ -391,7 +391,8 @@ std::vector<Tensor> FullyShardedDataParallel::parameters() const {
 }
 
 double FullyShardedDataParallel::clip_grad_norm_(double max_norm) {
-  return clip_grad_norm_sharded(parameters(), max_norm, *state_->comm);  // zero.h
+  const Device device = state_->units.empty() ? kCPU : state_->units.front().shard.device();
+  return clip_grad_norm_sharded(parameters(), max_norm, *state_->comm, device);  // zero.h
 }
 
 FullyShardedDataParallel::FullParams::FullParams(FullyShardedDataParallel& fsdp, bool writeback)

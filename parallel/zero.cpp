@@ -103,31 +103,18 @@ void ZeroRedundancyOptimizer::zero_grad() {
 }
 
 double clip_grad_norm_sharded(const std::vector<Tensor>& owned, double max_norm,
-                              Communicator& comm) {
-  NoGradGuard no_grad;
-  double local = 0;
-  for (const Tensor& p : owned)
-    if (p.grad().defined()) {
-      Tensor g = p.grad().to(kFloat64);
-      local += sum(g * g).item();
-    }
-  Tensor total = full({1}, local, {.dtype = kFloat64});
+                              Communicator& comm, Device device) {
+  Tensor total = full({1}, optim::grad_norm_squared(owned), {.dtype = kFloat64, .device = device});
   comm.all_reduce(total, Reduce::Sum);
   const double norm = std::sqrt(total.item());
-  const double scale = max_norm / (norm + 1e-6);  // optim::clip_grad_norm's factor
-  if (scale < 1)
-    for (const Tensor& p : owned)
-      if (p.grad().defined()) {
-        Tensor g = p.grad();
-        g.mul_(scale);
-      }
+  optim::scale_grads_to_norm(owned, norm, max_norm);
   return norm;
 }
 
 // Each rank's own parameters: every gradient counted once (under ZeRO-1 every rank
 // holds all of them, averaged; only the owner's update counts, so only it clips).
 double ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm) {
-  return clip_grad_norm_sharded(local_, max_norm, comm_);
+  return clip_grad_norm_sharded(local_, max_norm, comm_, params_.empty() ? kCPU : params_.front().device());
 }
 
 int64_t ZeroRedundancyOptimizer::local_state_bytes() const {

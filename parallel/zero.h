@@ -94,7 +94,8 @@ class ZeroRedundancyOptimizer {
 // the parameters whose gradients it owns (disjoint; together every one once). The
 // squared norms are summed locally in float64, all-reduced, and each rank scales
 // its own gradients by optim::clip_grad_norm's factor. Returns the global norm.
+// `device`: where the sum travels, the same on every rank (the parameters' device).
 double clip_grad_norm_sharded(const std::vector<Tensor>& owned, double max_norm,
-                              Communicator& comm);
+                              Communicator& comm, Device device);
 
 }  // namespace ringgrad::parallel

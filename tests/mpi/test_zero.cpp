@@ -24,6 +24,7 @@
 #include <string>
 
 #include "checks.h"
+#include "two_layers.h"
 
 namespace rg = ringgrad;
 namespace par = rg::parallel;
@@ -33,24 +34,9 @@ namespace {
 int rank = 0, N = 1;
 void check(bool ok, const std::string& what) { mpi_test::check(ok, what, rank); }
 
-struct TwoLayers : rg::nn::Module {
-  rg::nn::TransformerEncoderLayer first{8, 2, {.dim_feedforward = 12, .dropout = 0.0,
-                                               .batch_first = true}};
-  rg::nn::TransformerEncoderLayer second{8, 2, {.dim_feedforward = 12, .dropout = 0.0,
-                                                .batch_first = true, .norm_first = true}};
-  TwoLayers() {
-    register_module("first", first);
-    register_module("second", second);
-  }
-  rg::Tensor forward(const rg::Tensor& x) override { return second(first(x)); }
-};
+using mpi_test::TwoLayers;
 
-std::unique_ptr<TwoLayers> make_model() {
-  rg::manual_seed(5);  // the same weights everywhere
-  auto m = std::make_unique<TwoLayers>();
-  m->to(rg::kFloat64);
-  return m;
-}
+std::unique_ptr<TwoLayers> make_model() { return mpi_test::make_two_layers(rg::kFloat64); }
 
 // Trains 10 steps; `step` updates the parameters after backward (with DDP's
 // averaging, or — ZeRO-2 — with the optimizer's own hooks); `after_backward` looks
