@@ -9,6 +9,7 @@
 // stream ordering and error path runs.
 #include <cstdlib>
 
+#include "ringgrad/parallel/fsdp.h"
 #include "ringgrad/parallel/nccl/nccl_communicator.h"
 #include "ringgrad/parallel/world.h"
 #include "test_helpers.h"
@@ -171,10 +172,60 @@ TEST_CASE("nccl: a world of one on one GPU runs every operation") {
   test::check_close(column_major, {1, 2, 3, 4, 5, 6});
   test::check_close(grid, {1, 3, 5, 2, 4, 6});
 
+  // ncclCommSplit: a world of one splits into a world of one, kNoGroup into none.
+  std::unique_ptr<par::Communicator> group = comm->split(0, 0);
+  REQUIRE(group != nullptr);
+  CHECK(group->backend_name() == "nccl");
+  CHECK((group->rank() == 0 && group->size() == 1));
+  rg::Tensor in_group = test::f32({4, 5}).to(gpu);
+  group->all_reduce(in_group, par::Reduce::Sum);
+  test::check_close(in_group, {4, 5});
+  CHECK(comm->split(par::Communicator::kNoGroup, 0) == nullptr);
+  group.reset();
+
   // A Work dropped without wait(), then a barrier: nothing hangs, nothing leaks.
   comm->all_reduce_async(x, par::Reduce::Sum).reset();
   comm->barrier();
   rg::cuda::synchronize();
+}
+
+TEST_CASE("nccl: FSDP on one GPU trains as the plain model does") {
+  if (!nccl_runs_here()) {
+    say_skipped("FSDP's all-gathers, reduce-scatters and released CUDA memory");
+    return;
+  }
+  auto single = par::make_single_communicator();
+  auto comm = par::make_nccl_communicator(*single, 0);
+  const rg::Device gpu = rg::Device::cuda(0);
+  auto make = [&] {
+    rg::manual_seed(3);
+    auto m = std::make_shared<rg::nn::Sequential>(std::initializer_list<std::shared_ptr<rg::nn::Module>>{
+        std::make_shared<rg::nn::Linear>(6, 7), std::make_shared<rg::nn::GELU>(),
+        std::make_shared<rg::nn::Linear>(7, 3)});
+    m->to(gpu);
+    return m;
+  };
+  auto plain = make(), model = make();
+  rg::optim::AdamW plain_opt(plain->parameters(), {.lr = 1e-2});
+  par::FullyShardedDataParallel fsdp(*model, *comm,
+                                     {.auto_wrap_policy = par::wrap_modules_of_type<rg::nn::Linear>()});
+  rg::optim::AdamW opt(fsdp.parameters(), {.lr = 1e-2});
+  rg::Generator data(1);
+  for (int step = 0; step < 3; ++step) {
+    rg::Tensor x = rg::randn({5, 6}, {}, &data).to(gpu);
+    plain_opt.zero_grad();
+    opt.zero_grad();
+    (*plain)(x).pow(2).mean().backward();
+    fsdp(x).pow(2).mean().backward();
+    plain_opt.step();
+    opt.step();
+  }
+  CHECK_CONTAINS(error_of([&] { (void)(*model)[0].parameters()[0].sum().item(); }),
+                 "memory has been released");
+  auto whole = fsdp.summon_full_params(false);
+  auto a = plain->parameters(), b = model->parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    CHECK(rg::amax(rg::abs(a[i] - b[i])).item() <= 1e-6);
 }
 
 TEST_CASE("nccl: wrong tensors and ranks are clear errors") {

@@ -481,24 +481,7 @@ class NcclCommunicator : public Communicator {
     NcclState& s = *state_;
     s.rank = bootstrap.rank();
     s.size = bootstrap.size();
-    s.device = device;
-    s.timeout_s = comm_timeout_seconds();
-    int gpus = cuda::device_count();
-    RG_CHECK(gpus > 0, "nccl",
-             "expected a CUDA device, got none (the NCCL backend moves CUDA "
-             "tensors; the driver reports no usable GPU)");
-    RG_CHECK(device >= 0 && device < gpus, "nccl", "expected a GPU index in [0, ", gpus, "), got ",
-             device);
-    // NCCL binds the communicator to the current device, and the streams below
-    // belong to it: this rank's GPU first.
-    RG_CUDA_CHECK(cudaSetDevice(device));
-    s.compute = cuda::compute_stream();
-    int stream_device = -1;
-    RG_CUDA_CHECK(cudaStreamGetDevice(s.compute, &stream_device));
-    RG_CHECK(stream_device == device, "nccl",
-             "expected the compute stream on this rank's GPU cuda:", device,
-             ", got it on cuda:", stream_device,
-             " (CUDA was used before the GPU was chosen: construct the World first in main)");
+    use_device(device);
 
     // 1. Rank 0 makes the id; the bootstrap communicator carries its bytes to
     //    every rank (as int64s: a dtype every backend moves).
@@ -518,11 +501,50 @@ class NcclCommunicator : public Communicator {
                  detail::concat(" on rank ", s.rank, "/", s.size, ", cuda:", device,
                                 ". NCCL needs one GPU per rank: a host with G GPUs runs at most "
                                 "G ranks (on one GPU: world size 1, or tensors on the CPU)"));
+    start_streams();
+  }
 
+  // A group made by ncclCommSplit (do_split): NCCL made the communicator; ending the
+  // job still goes through the parent's bootstrap.
+  NcclCommunicator(Communicator& bootstrap, int device, ncclComm_t comm)
+      : bootstrap_(bootstrap), state_(std::make_shared<NcclState>()) {
+    NcclState& s = *state_;
+    s.comm = comm;
+    RG_NCCL("split", ncclCommUserRank, comm, &s.rank);
+    RG_NCCL("split", ncclCommCount, comm, &s.size);
+    use_device(device);
+    start_streams();
+  }
+
+  // This rank's GPU, current from now on, and the compute stream that must live on it.
+  void use_device(int device) {
+    NcclState& s = *state_;
+    s.device = device;
+    s.timeout_s = comm_timeout_seconds();
+    int gpus = cuda::device_count();
+    RG_CHECK(gpus > 0, "nccl",
+             "expected a CUDA device, got none (the NCCL backend moves CUDA "
+             "tensors; the driver reports no usable GPU)");
+    RG_CHECK(device >= 0 && device < gpus, "nccl", "expected a GPU index in [0, ", gpus, "), got ",
+             device);
+    // NCCL binds the communicator to the current device, and the streams below
+    // belong to it: this rank's GPU first.
+    RG_CUDA_CHECK(cudaSetDevice(device));
+    s.compute = cuda::compute_stream();
+    int stream_device = -1;
+    RG_CUDA_CHECK(cudaStreamGetDevice(s.compute, &stream_device));
+    RG_CHECK(stream_device == device, "nccl",
+             "expected the compute stream on this rank's GPU cuda:", device,
+             ", got it on cuda:", stream_device,
+             " (CUDA was used before the GPU was chosen: construct the World first in main)");
+  }
+
+  void start_streams() {
+    NcclState& s = *state_;
     // 3. The comm stream. Non-blocking: it never waits for the legacy default
     //    stream, only for the events above.
     RG_CUDA_CHECK(cudaStreamCreateWithFlags(&s.comm_stream, cudaStreamNonBlocking));
-    barrier_buf_ = zeros({1}, {.device = Device::cuda(device)});
+    barrier_buf_ = zeros({1}, {.device = Device::cuda(s.device)});
     // What the watchdog does after aborting: end every rank, through the bootstrap
     // (MPI_Abort under mpirun; nothing to stop in a world of one). The watchdog is
     // stopped in the destructor, before bootstrap_ could go.
@@ -656,11 +678,28 @@ class NcclCommunicator : public Communicator {
   }
 
   // Groups of a World start their own NCCL communicators from their MPI group
-  // (world.cpp); a communicator that is NCCL alone has no such bootstrap yet.
-  std::unique_ptr<Communicator> do_split(int, int) override {
-    fail("split",
-         "not yet for an NCCL-only communicator (RINGGRAD_COMM=nccl): split the World's "
-         "communicator, whose groups start their own NCCL communicators from MPI groups");
+  // (world.cpp); a communicator that is NCCL alone (RINGGRAD_COMM=nccl) splits itself
+  // with ncclCommSplit (NCCL >= 2.18): a collective over this communicator, issued
+  // after everything posted before it. NCCL orders each group by key, ties by rank.
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    NcclState& s = *state_;
+    ncclComm_t child = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.check_usable("split");
+      s.start_pending();
+      RG_CUDA_CHECK(cudaSetDevice(s.device));
+      RG_NCCL("split", ncclCommSplit, s.comm, color == kNoGroup ? NCCL_SPLIT_NOCOLOR : color, key,
+              &child, nullptr);
+    }
+    if (color == kNoGroup) return nullptr;
+    return std::make_unique<NcclCommunicator>(bootstrap_, s.device, child);
+#else
+    fail("split", "expected NCCL 2.18 or newer for ncclCommSplit, got ", NCCL_MAJOR, ".",
+         NCCL_MINOR, " (split the World's communicator instead: its groups start their own "
+         "NCCL communicators from MPI groups)");
+#endif
   }
 
   // The data is read while the send is in flight: do not change t before wait().
