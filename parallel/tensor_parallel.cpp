@@ -1,0 +1,287 @@
+// tensor_parallel.cpp — the four communication functions, then the layers built on them.
+#include "ringgrad/parallel/tensor_parallel.h"
+
+#include <map>
+#include <sstream>
+
+#include "ringgrad/autograd/function.h"
+#include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/core/factory.h"
+#include "ringgrad/core/ops.h"
+#include "ringgrad/nn/functional.h"
+
+namespace ringgrad::parallel {
+
+namespace {
+
+// Every rank's x concatenated along the last dim, in rank order (no autograd).
+Tensor all_gather_last(const Tensor& x, Communicator& tp) {
+  Tensor stacked = tp.all_gather(x.contiguous());  // (N, …, d)
+  Dims order;
+  for (int64_t d = 1; d < stacked.dim() - 1; ++d) order.push_back(d);
+  order.push_back(0);
+  order.push_back(stacked.dim() - 1);
+  Shape shape = x.shape();
+  shape.back() *= tp.size();
+  return stacked.permute(order).reshape(shape);  // (…, N, d) -> (…, N·d)
+}
+
+// This rank's slice of the last dim (no autograd).
+Tensor my_slice_last(const Tensor& x, Communicator& tp, const char* who) {
+  const int64_t d = x.size(-1);
+  RG_CHECK(d % tp.size() == 0, who, "expected a last dim divisible by the tensor-parallel size ",
+           tp.size(), ", got shape ", shape_str(x.shape()));
+  const int64_t k = d / tp.size();
+  return x.narrow(x.dim() - 1, tp.rank() * k, k).contiguous();
+}
+
+Tensor summed(const Tensor& x, Communicator& tp) {
+  Tensor s = x.contiguous().clone();
+  tp.all_reduce(s, Reduce::Sum);
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- f, g and their forms
+
+Tensor copy_to_tp_region(const Tensor& x, Communicator& tp) {
+  Tensor out = x.detach();
+  autograd::record("copy_to_tp_region", out, {&x}, [&tp](const Tensor& g) {
+    return autograd::Grads{summed(g, tp)};  // each rank holds a part of dL/dx: add them
+  });
+  return out;
+}
+
+Tensor reduce_from_tp_region(const Tensor& x, Communicator& tp) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = summed(x, tp);
+  }
+  autograd::record("reduce_from_tp_region", out, {&x}, [](const Tensor& g) {
+    return autograd::Grads{g};  // every rank's partial got the same gradient
+  });
+  return out;
+}
+
+Tensor gather_from_tp_region(const Tensor& x, Communicator& tp) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = all_gather_last(x, tp);
+  }
+  autograd::record("gather_from_tp_region", out, {&x}, [&tp](const Tensor& g) {
+    return autograd::Grads{my_slice_last(g, tp, "gather_from_tp_region")};
+  });
+  return out;
+}
+
+Tensor scatter_to_tp_region(const Tensor& x, Communicator& tp) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = my_slice_last(x, tp, "scatter_to_tp_region");
+  }
+  autograd::record("scatter_to_tp_region", out, {&x}, [&tp](const Tensor& g) {
+    return autograd::Grads{all_gather_last(g, tp)};
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------- column parallel
+
+ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& whole, Communicator& tp,
+                                           ColumnParallelOptions options)
+    : ColumnParallelLinear(whole.weight, whole.bias, tp, options) {}
+
+ColumnParallelLinear::ColumnParallelLinear(const Tensor& w, const Tensor& b, Communicator& tp,
+                                           ColumnParallelOptions options)
+    : in_features(w.size(1)), out_features(w.size(0)), tp_(tp), options_(options) {
+  const int64_t n = tp.size();
+  RG_CHECK(options.stacked >= 1 && out_features % (options.stacked * n) == 0,
+           "ColumnParallelLinear", "expected out_features ", out_features, " divisible by ",
+           options.stacked > 1 ? "stacked blocks x " : "", "the tensor-parallel size ",
+           options.stacked * n);
+  RG_CHECK(!(options.gather_output && options.stacked > 1), "ColumnParallelLinear",
+           "expected gather_output only without stacked blocks");
+  NoGradGuard no_grad;
+  weight = register_parameter("weight", shard("weight", w).clone());
+  if (b.defined()) bias = register_parameter("bias", shard("bias", b).clone());
+}
+
+// Rows [r·k, (r+1)·k) of each of the `stacked` blocks of output features, k = out/(stacked·N).
+Tensor ColumnParallelLinear::shard(const std::string&, const Tensor& whole) const {
+  const int64_t s = options_.stacked, k = out_features / (s * tp_.size());
+  Shape blocks = whole.shape();
+  blocks[0] = k;
+  blocks.insert(blocks.begin(), s);
+  Shape split = blocks;
+  split[1] = out_features / s;
+  Tensor mine = whole.reshape(split).narrow(1, tp_.rank() * k, k);  // (s, k, …)
+  Shape flat = whole.shape();
+  flat[0] = s * k;
+  return mine.reshape(flat);
+}
+
+Tensor ColumnParallelLinear::unshard(const std::string&, const Tensor& local) const {
+  const int64_t s = options_.stacked, n = tp_.size(), k = out_features / (s * n);
+  Tensor all = tp_.all_gather(local.detach().contiguous());  // (N, s·k, …)
+  Shape split = all.shape();
+  split[1] = k;
+  split.insert(split.begin() + 1, s);  // (N, s, k, …)
+  Dims order{1, 0};
+  for (int64_t d = 2; d < static_cast<int64_t>(split.size()); ++d) order.push_back(d);
+  Shape whole = local.shape();
+  whole[0] = out_features;
+  return all.reshape(split).permute(order).reshape(whole);  // (s, N, k, …) -> (out, …)
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x) {
+  RG_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "ColumnParallelLinear",
+           "expected input with last dim ", in_features, ", got shape ", shape_str(x.shape()));
+  Tensor y = nn::linear(copy_to_tp_region(x, tp_), weight, bias);  // this rank's output slice
+  return options_.gather_output ? gather_from_tp_region(y, tp_) : y;
+}
+
+std::string ColumnParallelLinear::describe() const {
+  std::ostringstream os;
+  os << "ColumnParallelLinear(in_features=" << in_features << ", out_features=" << out_features
+     << ", tp=" << tp_.size() << ", local_out=" << weight.size(0)
+     << (options_.gather_output ? ", gather_output" : "") << ")";
+  return os.str();
+}
+
+// ---------------------------------------------------------------- row parallel
+
+RowParallelLinear::RowParallelLinear(const nn::Linear& whole, Communicator& tp,
+                                     RowParallelOptions options)
+    : in_features(whole.in_features), out_features(whole.out_features), tp_(tp),
+      options_(options) {
+  RG_CHECK(in_features % tp.size() == 0, "RowParallelLinear", "expected in_features ",
+           in_features, " divisible by the tensor-parallel size ", tp.size());
+  NoGradGuard no_grad;
+  weight = register_parameter("weight", shard("weight", whole.weight).clone());
+  if (whole.bias.defined()) bias = register_parameter("bias", whole.bias.detach().clone());
+}
+
+// The weight's columns [r·in/N, …); the bias is whole on every rank.
+Tensor RowParallelLinear::shard(const std::string& name, const Tensor& whole) const {
+  if (name == "bias") return whole;
+  const int64_t k = in_features / tp_.size();
+  return whole.narrow(1, tp_.rank() * k, k);
+}
+
+Tensor RowParallelLinear::unshard(const std::string& name, const Tensor& local) const {
+  if (name == "bias") return local.detach().clone();
+  return all_gather_last(local.detach(), tp_);
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x) {
+  Tensor mine = options_.input_is_parallel ? x : scatter_to_tp_region(x, tp_);
+  RG_CHECK(mine.dim() >= 1 && mine.size(-1) == weight.size(1), "RowParallelLinear",
+           "expected this rank's input slice with last dim ", weight.size(1), ", got shape ",
+           shape_str(mine.shape()));
+  Tensor y = reduce_from_tp_region(nn::linear(mine, weight), tp_);  // the partial sums, added
+  return bias.defined() ? y + bias : y;
+}
+
+std::string RowParallelLinear::describe() const {
+  std::ostringstream os;
+  os << "RowParallelLinear(in_features=" << in_features << ", out_features=" << out_features
+     << ", tp=" << tp_.size() << ", local_in=" << weight.size(1)
+     << (options_.input_is_parallel ? ", input_is_parallel" : "") << ")";
+  return os.str();
+}
+
+// ---------------------------------------------------------------- attention
+
+ParallelSelfAttention::ParallelSelfAttention(const nn::MultiheadAttention& whole,
+                                             Communicator& tp, bool causal)
+    : embed_dim(whole.embed_dim), num_heads(whole.num_heads), local_heads(0),
+      head_dim(whole.head_dim),
+      in_proj(whole.in_proj_weight, whole.in_proj_bias, tp, {.stacked = 3}),
+      out_proj(whole.out_proj, tp, {.input_is_parallel = true}), causal_(causal) {
+  RG_CHECK(whole.in_proj_weight.defined(), "ParallelSelfAttention",
+           "expected a MultiheadAttention with one embed_dim for q, k and v");
+  RG_CHECK(num_heads % tp.size() == 0, "ParallelSelfAttention", "expected num_heads ", num_heads,
+           " divisible by the tensor-parallel size ", tp.size());
+  local_heads = num_heads / tp.size();
+  // The plain layer's names: in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias.
+  register_parameter("in_proj_weight", in_proj.weight);
+  if (in_proj.bias.defined()) register_parameter("in_proj_bias", in_proj.bias);
+  register_module("out_proj", out_proj);
+}
+
+Tensor ParallelSelfAttention::forward(const Tensor& x) {
+  RG_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "ParallelSelfAttention",
+           "expected (B, T, ", embed_dim, ") input, got shape ", shape_str(x.shape()));
+  const int64_t b = x.size(0), t = x.size(1), e = local_heads * head_dim;
+  Tensor qkv = in_proj(x);  // (B, T, 3·E/N): this rank's heads of q, k and v
+  auto heads = [&](int64_t i) {
+    return qkv.narrow(2, i * e, e).reshape({b, t, local_heads, head_dim}).transpose(1, 2);
+  };
+  AttentionOptions options;
+  options.causal = causal_;
+  Tensor out = nn::attention(heads(0), heads(1), heads(2), options);  // (B, H/N, T, D)
+  return out_proj(out.transpose(1, 2).reshape({b, t, e}));
+}
+
+Tensor ParallelSelfAttention::shard(const std::string& name, const Tensor& whole) const {
+  return in_proj.shard(name, whole);
+}
+
+Tensor ParallelSelfAttention::unshard(const std::string& name, const Tensor& local) const {
+  return in_proj.unshard(name, local);
+}
+
+// ---------------------------------------------------------------- whole checkpoints
+
+namespace {
+
+// For every parameter and buffer of `model`: its full name, the module that owns it,
+// and its local name there.
+struct Entry {
+  std::string name, local;
+  nn::Module* owner;
+  Tensor tensor;
+};
+std::vector<Entry> entries(nn::Module& model) {
+  std::vector<Entry> out;
+  for (auto& [prefix, m] : model.named_modules()) {
+    const std::string head = prefix.empty() ? "" : prefix + ".";
+    for (auto& [local, t] : m->named_parameters(/*recurse=*/false)) out.push_back({head + local, local, m, t});
+    for (auto& [local, t] : m->named_buffers(/*recurse=*/false)) out.push_back({head + local, local, m, t});
+  }
+  return out;
+}
+
+}  // namespace
+
+NamedTensors tp_full_state_dict(nn::Module& model) {
+  std::map<std::string, Tensor> whole;
+  NoGradGuard no_grad;
+  for (Entry& e : entries(model)) {
+    auto* tp = dynamic_cast<TensorParallelModule*>(e.owner);
+    whole[e.name] = tp ? tp->unshard(e.local, e.tensor) : e.tensor.detach().clone();
+  }
+  NamedTensors state;
+  for (auto& [name, t] : model.state_dict()) state.emplace_back(name, whole.at(name));
+  return state;
+}
+
+void tp_load_full_state_dict(nn::Module& model, const NamedTensors& state) {
+  std::map<std::string, Tensor> given(state.begin(), state.end());
+  NamedTensors local;
+  for (Entry& e : entries(model)) {
+    auto it = given.find(e.name);
+    if (it == given.end()) continue;  // load_state_dict below names what is missing
+    auto* tp = dynamic_cast<TensorParallelModule*>(e.owner);
+    local.emplace_back(e.name, tp ? tp->shard(e.local, it->second) : it->second);
+    given.erase(it);
+  }
+  for (auto& [name, t] : given) local.emplace_back(name, t);  // unexpected: named below
+  model.load_state_dict(local);
+}
+
+}  // namespace ringgrad::parallel

@@ -1,0 +1,134 @@
+// tensor_parallel.h — Megatron-style tensor parallelism: one layer's weight matrix
+// split across the ranks of a "tp" group, each rank computing its slice.
+//
+//   rg::parallel::DeviceMesh mesh(world.communicator(), {{"tp", 2}});
+//   rg::nn::Linear fc1(512, 2048), fc2(2048, 512);               // the plain layers (same seed)
+//   rg::parallel::ColumnParallelLinear up(fc1, mesh.group("tp"));    // rank r: rows of W1
+//   rg::parallel::RowParallelLinear down(fc2, mesh.group("tp"), {.input_is_parallel = true});
+//   rg::Tensor y = down(rg::gelu(up(x)));                        // = fc2(gelu(fc1(x))) on every rank
+//
+// A Linear computes y = x Wᵀ + b with W of shape (out, in). Two ways to split it:
+//  * column parallel: rank r keeps rows [r·out/N, (r+1)·out/N) of W (output features);
+//    every rank needs all of x and produces its slice of y. In backward each rank has
+//    only its slice's part of dL/dx: the parts are summed (all-reduce).
+//  * row parallel: rank r keeps columns [r·in/N, …) of W (input features); it needs only
+//    its slice of x — exactly what a column-parallel layer before it produced — and makes
+//    a partial y; the partials are summed (all-reduce) into the whole y.
+// So an MLP (column, then the activation on slices, then row) needs one all-reduce in
+// forward (after the row layer) and one in backward (before the column layer), and
+// nothing in between. Those two are autograd functions, conjugate to each other
+// (Megatron's f and g):
+//   copy_to_tp_region       forward: identity     backward: all-reduce
+//   reduce_from_tp_region   forward: all-reduce   backward: identity
+// and, for a layer that must see or produce whole tensors, their gather/scatter
+// forms along the last dim (gather_output, input_is_parallel = false).
+// Attention splits the same way by heads (ParallelSelfAttention): q, k and v column
+// parallel — rank r computes heads [r·H/N, …) whole — then the output projection row
+// parallel.
+// Every tensor-parallel layer is built from the plain layer it replaces (every rank
+// holding the same weights, e.g. from one seed or one checkpoint) and keeps its slices;
+// tp_full_state_dict / tp_load_full_state_dict move whole checkpoints in and out, so a
+// checkpoint moves between a plain model and any tensor-parallel size.
+// The communicator must outlive the layers and every graph they record.
+#pragma once
+
+#include <string>
+
+#include "ringgrad/nn/layers.h"
+#include "ringgrad/nn/transformer.h"
+#include "ringgrad/parallel/communicator.h"
+
+namespace ringgrad::parallel {
+
+// ---- Megatron's f and g, and their gather/scatter forms (autograd functions)
+Tensor copy_to_tp_region(const Tensor& x, Communicator& tp);      // fwd: identity, bwd: all-reduce
+Tensor reduce_from_tp_region(const Tensor& x, Communicator& tp);  // fwd: all-reduce, bwd: identity
+// Last-dim slices: fwd: every rank's slice concatenated; bwd: this rank's slice of the gradient.
+Tensor gather_from_tp_region(const Tensor& x, Communicator& tp);
+// fwd: this rank's slice of the last dim (divisible by N); bwd: the slices' gradients gathered.
+Tensor scatter_to_tp_region(const Tensor& x, Communicator& tp);
+
+// A layer whose parameters are slices of a plain layer's: how to cut a whole parameter
+// and how to put one together again (a collective).
+class TensorParallelModule {
+ public:
+  virtual ~TensorParallelModule() = default;
+  // This rank's slice of the whole parameter `name` (a local name: "weight").
+  virtual Tensor shard(const std::string& name, const Tensor& whole) const = 0;
+  // The whole parameter from every rank's `local` slice.
+  virtual Tensor unshard(const std::string& name, const Tensor& local) const = 0;
+};
+
+struct ColumnParallelOptions {
+  bool gather_output = false;  // all-gather the output slices: every rank gets the whole y
+  // Output features made of `stacked` blocks sliced separately (3: attention's q, k, v
+  // rows stacked in one in_proj_weight), so each rank keeps the same heads of each.
+  int64_t stacked = 1;
+};
+
+class ColumnParallelLinear : public nn::Module, public TensorParallelModule {
+ public:
+  ColumnParallelLinear(const nn::Linear& whole, Communicator& tp, ColumnParallelOptions options = {});
+  // From a weight (out, in) and bias (out, or undefined), as stacked in nn layers.
+  ColumnParallelLinear(const Tensor& weight, const Tensor& bias, Communicator& tp,
+                       ColumnParallelOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor shard(const std::string& name, const Tensor& whole) const override;
+  Tensor unshard(const std::string& name, const Tensor& local) const override;
+  std::string describe() const override;
+
+  int64_t in_features, out_features;  // of the whole layer
+  Tensor weight, bias;                // this rank's: (out/N, in), (out/N)
+
+ private:
+  Communicator& tp_;
+  ColumnParallelOptions options_;
+};
+
+struct RowParallelOptions {
+  bool input_is_parallel = false;  // x is already this rank's slice (a column layer's output)
+};
+
+class RowParallelLinear : public nn::Module, public TensorParallelModule {
+ public:
+  RowParallelLinear(const nn::Linear& whole, Communicator& tp, RowParallelOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor shard(const std::string& name, const Tensor& whole) const override;
+  Tensor unshard(const std::string& name, const Tensor& local) const override;
+  std::string describe() const override;
+
+  int64_t in_features, out_features;  // of the whole layer
+  Tensor weight, bias;                // this rank's (out, in/N); the bias whole (added once, after the sum)
+
+ private:
+  Communicator& tp_;
+  RowParallelOptions options_;
+};
+
+// Self-attention with the heads split across the tp group, from a plain
+// nn::MultiheadAttention (batch first, one embed_dim for q, k and v): in_proj column
+// parallel (each rank's q, k, v rows of its heads), out_proj row parallel.
+// forward(x) = whole.forward(x, x, x, masks) on every rank; masks: is_causal only.
+class ParallelSelfAttention : public nn::Module, public TensorParallelModule {
+ public:
+  ParallelSelfAttention(const nn::MultiheadAttention& whole, Communicator& tp, bool causal = false);
+  Tensor forward(const Tensor& x) override;
+  // in_proj_weight, in_proj_bias: in_proj's slices (out_proj is a module of its own).
+  Tensor shard(const std::string& name, const Tensor& whole) const override;
+  Tensor unshard(const std::string& name, const Tensor& local) const override;
+
+  int64_t embed_dim, num_heads, local_heads, head_dim;
+  ColumnParallelLinear in_proj;
+  RowParallelLinear out_proj;
+
+ private:
+  bool causal_;
+};
+
+// The whole state dict of a model holding tensor-parallel layers (every rank gets it:
+// a collective), with the names and shapes of the plain model it was built from.
+NamedTensors tp_full_state_dict(nn::Module& model);
+// Loads a whole (plain) state dict: each tensor-parallel layer keeps its slices.
+void tp_load_full_state_dict(nn::Module& model, const NamedTensors& state);
+
+}  // namespace ringgrad::parallel
