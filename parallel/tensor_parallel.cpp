@@ -235,6 +235,80 @@ Tensor ParallelSelfAttention::unshard(const std::string& name, const Tensor& loc
   return in_proj.unshard(name, local);
 }
 
+// ---------------------------------------------------------------- the vocabulary
+
+namespace {
+
+// Whether each index falls in [start, start + size): as the dtype `like` has (1 or 0).
+Tensor in_range(const Tensor& indices, int64_t start, int64_t size, const Tensor& like) {
+  TensorOptions opts{.dtype = kInt64, .device = indices.device()};
+  return ge(indices, full({}, double(start), opts)).to(like.dtype()) *
+         lt(indices, full({}, double(start + size), opts)).to(like.dtype());
+}
+
+// The index relative to `start`, 0 where it falls outside (masked afterwards).
+Tensor local_index(const Tensor& indices, int64_t start, int64_t size) {
+  return clamp(indices - full({}, double(start), {.dtype = kInt64, .device = indices.device()}), 0,
+               double(size - 1));
+}
+
+}  // namespace
+
+VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& whole, Communicator& tp)
+    : num_embeddings(whole.num_embeddings), embedding_dim(whole.embedding_dim), tp_(tp) {
+  RG_CHECK(num_embeddings % tp.size() == 0, "VocabParallelEmbedding", "expected num_embeddings ",
+           num_embeddings, " divisible by the tensor-parallel size ", tp.size());
+  RG_CHECK(!whole.padding_idx, "VocabParallelEmbedding", "expected an Embedding without padding_idx");
+  vocab_size = num_embeddings / tp.size();
+  vocab_start = tp.rank() * vocab_size;
+  NoGradGuard no_grad;
+  weight = register_parameter("weight", shard("weight", whole.weight).clone());
+}
+
+Tensor VocabParallelEmbedding::shard(const std::string&, const Tensor& whole) const {
+  return whole.narrow(0, vocab_start, vocab_size);
+}
+
+Tensor VocabParallelEmbedding::unshard(const std::string&, const Tensor& local) const {
+  Tensor all = tp_.all_gather(local.detach().contiguous());  // (N, V/N, D)
+  return all.reshape({num_embeddings, embedding_dim});
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
+  RG_CHECK(indices.dtype() == kInt64, "VocabParallelEmbedding", "expected int64 indices, got ",
+           indices.dtype());
+  Shape out_shape = indices.shape();
+  out_shape.push_back(embedding_dim);
+  Tensor flat = indices.reshape({-1});
+  Tensor rows = index_select(weight, 0, local_index(flat, vocab_start, vocab_size));
+  Tensor mine = rows * in_range(flat, vocab_start, vocab_size, rows).unsqueeze(1);  // others: 0
+  return reduce_from_tp_region(mine, tp_).view(out_shape);
+}
+
+Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& target,
+                                    Communicator& tp) {
+  RG_CHECK(target.dtype() == kInt64 && local_logits.dim() == target.dim() + 1,
+           "vocab_parallel_cross_entropy", "expected logits (…, V/N) and int64 targets (…), got ",
+           shape_str(local_logits.shape()), " and ", target.dtype(), " ", shape_str(target.shape()));
+  const int64_t v = local_logits.size(-1), start = tp.rank() * v;
+  Tensor logits = local_logits.reshape({-1, v});
+  Tensor t = target.reshape({-1});
+  // 1. The max over the whole vocabulary, for a stable exp (a constant: no gradient).
+  Tensor m;
+  {
+    NoGradGuard no_grad;
+    m = amax(logits, {1}, /*keepdim=*/true).contiguous();
+    tp.all_reduce(m, Reduce::Max);
+  }
+  Tensor shifted = logits - m;
+  // 2. Σ exp over the whole vocabulary: each shard's sum, added.
+  Tensor sum_exp = reduce_from_tp_region(exp(shifted).sum(1), tp);
+  // 3. Each target's (shifted) logit, from the shard that holds it.
+  Tensor picked = gather(shifted, 1, local_index(t, start, v).unsqueeze(1)).squeeze(1);
+  Tensor target_logit = reduce_from_tp_region(picked * in_range(t, start, v, picked), tp);
+  return (log(sum_exp) - target_logit).mean();
+}
+
 // ---------------------------------------------------------------- whole checkpoints
 
 namespace {

@@ -125,6 +125,31 @@ class ParallelSelfAttention : public nn::Module, public TensorParallelModule {
   bool causal_;
 };
 
+// An embedding with the vocabulary split across the tp group: rank r keeps rows
+// [r·V/N, (r+1)·V/N) of the table; each rank looks up the tokens that fall in its rows
+// (zeros for the others) and the results are summed (reduce_from_tp_region).
+class VocabParallelEmbedding : public nn::Module, public TensorParallelModule {
+ public:
+  VocabParallelEmbedding(const nn::Embedding& whole, Communicator& tp);
+  Tensor forward(const Tensor& indices) override;  // int64 (…) -> (…, embedding_dim)
+  Tensor shard(const std::string& name, const Tensor& whole) const override;
+  Tensor unshard(const std::string& name, const Tensor& local) const override;
+
+  int64_t num_embeddings, embedding_dim, vocab_start, vocab_size;  // this rank's rows
+  Tensor weight;                                                   // (V/N, embedding_dim)
+
+ private:
+  Communicator& tp_;
+};
+
+// Cross-entropy (mean over tokens) of logits whose last dim is split across the tp group
+// — rank r holds classes [r·V/N, (r+1)·V/N), as a ColumnParallelLinear LM head without
+// gather_output makes them — against global class indices. The whole logits never
+// exist on one rank: the max and the sum of exponentials are all-reduced over the
+// shards, and each target's logit comes from the rank that holds it.
+Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& target,
+                                    Communicator& tp);
+
 // The whole state dict of a model holding tensor-parallel layers (every rank gets it:
 // a collective), with the names and shapes of the plain model it was built from.
 NamedTensors tp_full_state_dict(nn::Module& model);

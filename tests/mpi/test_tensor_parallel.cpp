@@ -10,6 +10,7 @@
 //    input's gradient and every weight's gradient (the slice of the plain gradient);
 //  * gather_output and a row layer taking the whole input;
 //  * ParallelSelfAttention (12 heads split N ways), causal and not;
+//  * VocabParallelEmbedding and vocab_parallel_cross_entropy (values and gradients);
 //  * a block (attention + MLP) trained 3 AdamW steps: the same parameters as the plain
 //    block, compared through tp_full_state_dict; and the plain state loaded into a fresh
 //    tensor-parallel block with tp_load_full_state_dict gives the same output.
@@ -142,6 +143,38 @@ void check_attention(par::Communicator& tp, bool causal) {
               name + ": in_proj's gradient (its heads' rows of q, k, v)");
 }
 
+// The vocabulary split N ways: the embedding and the cross-entropy of a column-parallel
+// LM head's logits equal the plain ones, values and gradients.
+void check_vocabulary(par::Communicator& tp) {
+  rg::manual_seed(17);
+  rg::nn::Embedding plain(12 * N, 8);
+  plain.to(rg::kFloat64);
+  par::VocabParallelEmbedding emb(plain, tp);
+  check(emb.weight.size(0) == 12, "each rank keeps 1/N of the embedding rows");
+  rg::Generator gen(18);
+  rg::Tensor ids = rg::randint(0, 12 * N, {3, 5}, &gen);
+  rg::Tensor want = plain(ids), got = emb(ids);
+  check_close(got, want, "VocabParallelEmbedding: the lookup");
+  rg::Tensor weights = input({3, 5, 8}, 19).detach();
+  (want * weights).sum().backward();
+  (got * weights).sum().backward();
+  check_close(emb.weight.grad(), slice(plain.weight.grad(), 0), "VocabParallelEmbedding: its rows' gradient");
+
+  rg::nn::Linear head(8, 12 * N);
+  head.to(rg::kFloat64);
+  par::ColumnParallelLinear local_head(head, tp);
+  rg::Tensor h1 = input({3, 5, 8}, 20), h2 = input({3, 5, 8}, 20);
+  rg::Tensor targets = rg::randint(0, 12 * N, {3, 5}, &gen);
+  rg::Tensor loss = rg::nn::cross_entropy(head(h1).reshape({-1, 12 * N}), targets.reshape({-1}));
+  rg::Tensor tp_loss = par::vocab_parallel_cross_entropy(local_head(h2), targets, tp);
+  check_close(tp_loss, loss, "vocab_parallel_cross_entropy: the loss");
+  loss.backward();
+  tp_loss.backward();
+  check_close(h2.grad(), h1.grad(), "vocab_parallel_cross_entropy: the hidden states' gradient");
+  check_close(local_head.weight.grad(), slice(head.weight.grad(), 0),
+              "vocab_parallel_cross_entropy: the head's rows' gradient");
+}
+
 // Attention then an MLP, residual: a Transformer block without norms.
 struct PlainBlock : rg::nn::Module {
   rg::nn::MultiheadAttention attn{24, 12, {.batch_first = true}};
@@ -224,6 +257,7 @@ int main(int argc, char** argv) {
     check_mlp(tp);
     check_attention(tp, false);
     check_attention(tp, true);
+    check_vocabulary(tp);
     check_training(tp);
     return mpi_test::report(rank, N);
   });
