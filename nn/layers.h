@@ -34,6 +34,11 @@ class ReLU : public Module {
   Tensor forward(const Tensor& x) override { return relu(x); }
 };
 
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return tanh(x); }
+};
+
 class GELU : public Module {
  public:
   explicit GELU(GeluApprox approximate = GeluApprox::None) : approximate_(approximate) {}
