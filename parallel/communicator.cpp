@@ -87,6 +87,20 @@ WorkHandle Communicator::all_gather_async(Tensor& out, const Tensor& in) {
   return do_all_gather_async(out, in);
 }
 
+WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in) {
+  check(in, "all_to_all");
+  check(out, "all_to_all");
+  RG_CHECK(in.dtype() == out.dtype() && in.device() == out.device(), "all_to_all",
+           "expected both tensors of one dtype on one device, got ", in.describe(), " and ",
+           out.describe());
+  RG_CHECK(out.is_contiguous(), "all_to_all", "expected a contiguous output buffer, got ",
+           out.describe());
+  RG_CHECK(in.numel() == out.numel() && in.numel() % size() == 0, "all_to_all",
+           "expected in and out of one size, divisible into ", size(),
+           " chunks (one per rank), got ", in.describe(), " and ", out.describe());
+  return do_all_to_all_async(out, in);
+}
+
 Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
   check(t, "reduce_scatter");
   check_reduce(t, op, "reduce_scatter");
@@ -187,6 +201,10 @@ class SingleCommunicator : public Communicator {
     return completed();
   }
   WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce) override {
+    out.copy_(in.reshape(out.shape()));
+    return completed();
+  }
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in) override {
     out.copy_(in.reshape(out.shape()));
     return completed();
   }

@@ -71,6 +71,12 @@ class Communicator {
   // in has size · out.numel() elements; out (contiguous) gets the reduction over
   // the ranks of in's r-th chunk of out.numel() elements, r = this rank.
   WorkHandle reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op = Reduce::Sum);
+  // Every rank sends chunk j of `in` to rank j and receives rank i's chunk into chunk i
+  // of `out` (MPI_Alltoall; torch's all_to_all_single): in and out have size() equal
+  // chunks of one dtype, out contiguous. Ulysses' context parallelism turns sequence
+  // shards into head shards with it.
+  WorkHandle all_to_all_async(Tensor& out, const Tensor& in);
+  void all_to_all(Tensor& out, const Tensor& in) { all_to_all_async(out, in)->wait(); }
   // Point to point (contiguous tensors; shapes and dtypes must match on both sides).
   WorkHandle send_async(const Tensor& t, int dst, int tag = 0);
   WorkHandle recv_async(Tensor& t, int src, int tag = 0);
@@ -115,6 +121,7 @@ class Communicator {
   virtual WorkHandle do_reduce_async(Tensor& t, int root, Reduce op) = 0;
   virtual WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) = 0;
   virtual WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) = 0;
+  virtual WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in) = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
   virtual WorkHandle do_send_async(const Tensor& t, int dst, int tag) = 0;
   virtual WorkHandle do_recv_async(Tensor& t, int src, int tag) = 0;

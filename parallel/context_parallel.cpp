@@ -7,9 +7,12 @@
 // gather_sequence undoes either: all_gather the shards, put the chunks back in order.
 #include "ringgrad/parallel/context_parallel.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "ringgrad/autograd/function.h"
 #include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/core/factory.h"
 #include "ringgrad/core/ops.h"
 
 namespace ringgrad::parallel {
@@ -23,9 +26,116 @@ int64_t chunks_of(SequenceLayout layout, int size) {
   return layout == SequenceLayout::Zigzag ? 2 * int64_t(size) : int64_t(size);
 }
 
+// Each rank's shard (rank order) -> the whole sequence (position order), along `dim`.
+Tensor to_sequence_order(const std::vector<Tensor>& shards, SequenceLayout layout, int64_t dim) {
+  const int n = static_cast<int>(shards.size());
+  const int64_t local = shards.front().size(dim);
+  std::vector<std::pair<int64_t, Tensor>> pieces;  // (global start, piece)
+  for (int r = 0; r < n; ++r)
+    for (const ShardPiece& p : shard_pieces(layout, r, n, local))
+      pieces.emplace_back(p.global_start, shards[static_cast<size_t>(r)].narrow(dim, p.local_start, p.length));
+  std::sort(pieces.begin(), pieces.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Tensor> ordered;
+  for (auto& [start, t] : pieces) ordered.push_back(t);
+  return cat(ordered, dim);
+}
+
+// The whole sequence -> rank r's shard, along `dim`.
+Tensor shard_of(const Tensor& whole, SequenceLayout layout, int r, int n, int64_t dim) {
+  std::vector<Tensor> parts;
+  for (const ShardPiece& p : shard_pieces(layout, r, n, whole.size(dim) / n))
+    parts.push_back(whole.narrow(dim, p.global_start, p.length));
+  return parts.size() == 1 ? parts.front() : cat(parts, dim);
+}
+
+// The whole sequence of x (every rank's shard, in position order) on every rank, as an
+// autograd function: backward gives each rank the sum over ranks of its positions'
+// gradient (a reduce-scatter).
+Tensor all_gather_sequence(const Tensor& x, Communicator& comm, SequenceLayout layout, int64_t dim) {
+  const int n = comm.size();
+  Tensor whole;
+  {
+    NoGradGuard no_grad;
+    Tensor all = comm.all_gather(x.detach().contiguous());  // (N, …)
+    std::vector<Tensor> shards;
+    for (int r = 0; r < n; ++r) shards.push_back(all[r]);
+    whole = to_sequence_order(shards, layout, dim);
+  }
+  autograd::record("all_gather_sequence", whole, {&x}, [&comm, layout, dim, n](const Tensor& g) {
+    std::vector<Tensor> per_rank;
+    for (int r = 0; r < n; ++r) per_rank.push_back(shard_of(g, layout, r, n, dim));
+    Tensor stacked = stack(per_rank, 0).contiguous();
+    Tensor mine = empty(per_rank.front().shape(), {.dtype = g.dtype(), .device = g.device()});
+    comm.reduce_scatter_async(mine, stacked, Reduce::Sum)->wait();
+    return autograd::Grads{mine};
+  });
+  return whole;
+}
+
+// all_to_all as an autograd function: x (N, …), chunk j to rank j. It is a permutation
+// of the ranks' chunks whose adjoint is the same exchange, so backward is all_to_all too.
+Tensor all_to_all_op(const Tensor& x, Communicator& comm) {
+  Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  comm.all_to_all(out, x.detach().contiguous());
+  autograd::record("all_to_all", out, {&x}, [&comm](const Tensor& g) {
+    Tensor back = empty(g.shape(), {.dtype = g.dtype(), .device = g.device()});
+    comm.all_to_all(back, g.contiguous());
+    return autograd::Grads{back};
+  });
+  return out;
+}
+
+// The local kernel, never the region's (nn::attention would come back here).
+AttentionOptions local_options(const AttentionOptions& o) {
+  RG_CHECK(o.dropout_p == 0, kOp, "expected no attention dropout with the AllGather or Ulysses "
+           "method (it would not draw one process's mask; the Ring method does), got p = ",
+           o.dropout_p);
+  AttentionOptions local = o;
+  local.q_offset = local.k_offset = 0;
+  return local;
+}
+
+// Llama 3's: the whole K and V once, each rank's query pieces at their global positions.
+Tensor all_gather_attention(Communicator& comm, SequenceLayout layout, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  Tensor K = all_gather_sequence(k, comm, layout, 2), V = all_gather_sequence(v, comm, layout, 2);
+  std::vector<Tensor> outs;
+  for (const ShardPiece& p : shard_pieces(layout, comm.rank(), comm.size(), q.size(2))) {
+    AttentionOptions piece = local_options(o);
+    piece.q_offset = p.global_start;  // causal by global positions
+    outs.push_back(scaled_dot_product_attention(q.narrow(2, p.local_start, p.length), K, V, piece));
+  }
+  return outs.size() == 1 ? outs.front() : cat(outs, 2);
+}
+
+// DeepSpeed's: sequence shards of all heads -> all positions of H/N heads, plain
+// attention, and back.
+Tensor ulysses_attention(Communicator& comm, SequenceLayout layout, const Tensor& q,
+                         const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  const int n = comm.size();
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2);
+  RG_CHECK(h % n == 0, kOp, "expected the heads (", h, ") divisible by the ", n,
+           " ranks for the Ulysses method (each rank takes H/N heads), got ", h, " % ", n, " = ",
+           h % n);
+  // (B, H, T/N, D) -> chunk j = head group j -> all-to-all -> chunk i = rank i's positions
+  auto to_heads = [&](const Tensor& x) {
+    Shape grouped{b, n, h / n, t, x.size(3)};
+    Tensor chunks = all_to_all_op(x.reshape(grouped).transpose(0, 1).contiguous(), comm);
+    std::vector<Tensor> shards;
+    for (int r = 0; r < n; ++r) shards.push_back(chunks[r]);
+    return to_sequence_order(shards, layout, 2);  // (B, H/N, T, D)
+  };
+  Tensor out = scaled_dot_product_attention(to_heads(q), to_heads(k), to_heads(v), local_options(o));
+  // and back: chunk i = rank i's positions of my heads -> chunk j = head group j of mine
+  std::vector<Tensor> per_rank;
+  for (int r = 0; r < n; ++r) per_rank.push_back(shard_of(out, layout, r, n, 2));
+  Tensor back = all_to_all_op(stack(per_rank, 0), comm);  // (N, B, H/N, T/N, Dv)
+  return back.transpose(0, 1).reshape({b, h, t, out.size(3)});
+}
+
 // Attention inside the region: the ring over `comm`, with the call's own options.
-Tensor region_attention(Communicator& comm, SequenceLayout layout, const Tensor& q, const Tensor& k,
-                        const Tensor& v, const AttentionOptions& o) {
+Tensor region_attention(Communicator& comm, SequenceLayout layout, ContextParallelMethod method,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
   RG_CHECK(!o.mask.defined(), kOp,
            "expected no attention mask inside a context-parallel region (masks are not "
            "supported there yet; causal attention is), got a mask of shape ",
@@ -34,8 +144,10 @@ Tensor region_attention(Communicator& comm, SequenceLayout layout, const Tensor&
            "expected q_offset = k_offset = 0 (the ring sets positions itself), got ", o.q_offset,
            " and ", o.k_offset);
   if (q.dim() == 3 && k.dim() == 3 && v.dim() == 3)  // (N, T, D): one head
-    return region_attention(comm, layout, q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), o)
+    return region_attention(comm, layout, method, q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), o)
         .squeeze(1);
+  if (method == ContextParallelMethod::AllGather) return all_gather_attention(comm, layout, q, k, v, o);
+  if (method == ContextParallelMethod::Ulysses) return ulysses_attention(comm, layout, q, k, v, o);
   RingAttentionOptions ro;
   ro.causal = o.causal;
   ro.scale = o.scale;
@@ -78,9 +190,10 @@ ContextParallel::ContextParallel(Communicator& comm, const std::vector<Tensor*>&
   }
   Communicator* c = &comm_;
   SequenceLayout layout = layout_;
+  ContextParallelMethod method = options.method;
   previous_ = nn::set_attention_impl(
-      [c, layout](const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-        return region_attention(*c, layout, q, k, v, o);
+      [c, layout, method](const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+        return region_attention(*c, layout, method, q, k, v, o);
       });
 }
 

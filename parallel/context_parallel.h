@@ -15,8 +15,9 @@
 //    does not divide by N (2N with causal) is an error naming the buffer.
 //    seq_dims holds one dim for every buffer, or one per buffer.
 //  * nn::attention (every MultiheadAttention and Transformer layer) runs
-//    parallel::ring_attention over the communicator, causal when the call asks for
-//    it. Additive masks are not supported there yet (an error says so).
+//    parallel::ring_attention over the communicator (or, by options.method, the
+//    all-gather or Ulysses form), causal when the call asks for it. Additive masks are
+//    not supported there yet (an error says so), nor dropout outside the ring.
 // When it ends, the buffers hold their whole tensors again and the previous
 // attention implementation is back. Every rank must enter the region together.
 // Only positions are sharded: position-dependent layers outside attention (e.g. a
@@ -32,8 +33,19 @@
 
 namespace ringgrad::parallel {
 
+// How attention sees the whole sequence inside the region (each equals one process):
+//   Ring       K/V shards travel the ring, N steps overlapped with compute (ring_attention.h);
+//              memory per rank O(T/N), traffic (N−1)/N of K and V per rank;
+//   AllGather  K and V all-gathered once (Llama 3's): each rank attends its own queries to the
+//              whole K/V; backward reduce-scatters dK/dV. Simple, O(T) K/V per rank;
+//   Ulysses    an all-to-all turns sequence shards into head shards (DeepSpeed's): each rank
+//              runs plain attention over the whole sequence for H/N heads, and a second
+//              all-to-all turns the output back. Needs heads divisible by N.
+enum class ContextParallelMethod { Ring, AllGather, Ulysses };
+
 struct ContextParallelOptions {
   bool causal = false;  // shard zigzag (balances causal attention); contiguous otherwise
+  ContextParallelMethod method = ContextParallelMethod::Ring;
 };
 
 class ContextParallel {

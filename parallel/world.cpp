@@ -100,6 +100,9 @@ class DeviceRouter : public Communicator {
   WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) override {
     return route(in).reduce_scatter_async(out, in, op);
   }
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in) override {
+    return route(in).all_to_all_async(out, in);
+  }
   // A group of the router: the host communicator's group, routed the same way;
   // its first CUDA tensor starts an NCCL communicator of the group's ranks.
   std::unique_ptr<Communicator> do_split(int color, int key) override {

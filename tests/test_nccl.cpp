@@ -142,6 +142,10 @@ TEST_CASE("nccl: a world of one on one GPU runs every operation") {
   comm->reduce_scatter_async(part, a, par::Reduce::Avg)->wait();
   test::check_close(part, {1, -2, 3});
 
+  rg::Tensor exchanged = rg::empty({3}, {.device = gpu});  // Ulysses' collective
+  comm->all_to_all(exchanged, a);
+  test::check_close(exchanged, {1, -2, 3});
+
   rg::Tensor gathered = comm->all_gather(a);
   CHECK(gathered.shape() == rg::Shape{1, 3});
   CHECK(gathered.device() == gpu);

@@ -262,6 +262,18 @@ class MpiCommunicator : public Communicator {
     });
   }
 
+  // Chunk j of `in` to rank j; rank i's chunk into chunk i of `out` (contiguous).
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in) override {
+    Tensor src = in.contiguous();
+    int n = static_cast<int>(src.numel() / size_);
+    MPI_Comm comm = thread_state_->comm();
+    return enqueue(new_work("all_to_all"), src.nbytes(), -1, [=] {
+      MPI_Datatype type = mpi_type(src.dtype());
+      RG_MPI("all_to_all", MPI_Alltoall, src.raw_data(), n, type, out.raw_data(), n, type, comm);
+      return MPI_REQUEST_NULL;
+    });
+  }
+
   // A group is a new MPI communicator with a communication thread of its own:
   // MPI_THREAD_MULTIPLE lets the groups' threads call MPI at the same time.
   std::unique_ptr<Communicator> do_split(int color, int key) override {

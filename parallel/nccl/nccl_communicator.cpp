@@ -677,6 +677,24 @@ class NcclCommunicator : public Communicator {
     });
   }
 
+  // Chunk j of `in` to rank j, rank i's chunk into chunk i of `out`: one grouped
+  // send and receive per peer (NCCL has no all-to-all call of its own).
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in) override {
+    Tensor src = in.contiguous();
+    return launch("all_to_all", {src, out}, [&](ncclComm_t comm, cudaStream_t stream) {
+      const size_t chunk = static_cast<size_t>(src.numel() / size());
+      const size_t bytes = chunk * element_size(src.dtype());
+      RG_NCCL("all_to_all", ncclGroupStart);
+      for (int peer = 0; peer < size(); ++peer) {
+        RG_NCCL("all_to_all", ncclSend, static_cast<const char*>(src.raw_data()) + peer * bytes,
+                chunk, nccl_type(src.dtype()), peer, comm, stream);
+        RG_NCCL("all_to_all", ncclRecv, static_cast<char*>(out.raw_data()) + peer * bytes, chunk,
+                nccl_type(src.dtype()), peer, comm, stream);
+      }
+      RG_NCCL("all_to_all", ncclGroupEnd);
+    });
+  }
+
   // Groups of a World start their own NCCL communicators from their MPI group
   // (world.cpp); a communicator that is NCCL alone (RINGGRAD_COMM=nccl) splits itself
   // with ncclCommSplit (NCCL >= 2.18): a collective over this communicator, issued

@@ -5,7 +5,7 @@
 // Groups split by parity and by blocks, torch's new_group, collectives inside each
 // group checked against the same reduction computed by hand from the ranks the
 // group holds; two groups used at once from one rank (their messages must not
-// mix); the buffer forms all_gather_async / reduce_scatter_async; and the device
+// mix); the buffer forms all_gather_async / reduce_scatter_async; all_to_all; and the device
 // mesh: coordinates, one-axis and flattened groups, against the row-major layout.
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
 #include <ringgrad/parallel/device_mesh.h>
@@ -99,6 +99,18 @@ void check_group(par::Communicator& g, const std::vector<int>& members, const st
   for (int m : members) weight += m + 1;
   const double k = g.rank();
   check(equal(mine, {2 * k * weight, (2 * k + 1) * weight}), name + ": reduce_scatter_async");
+
+  // all_to_all: member at group rank i sends 100·i + j (two copies) to group rank j, and
+  // receives 100·j + i from each j, in j's chunk
+  std::vector<double> outgoing, expected;
+  for (int j = 0; j < gs; ++j)
+    for (int c = 0; c < 2; ++c) {
+      outgoing.push_back(100.0 * g.rank() + j);
+      expected.push_back(100.0 * j + g.rank());
+    }
+  rg::Tensor sent = rg::from_vector(outgoing), received = rg::empty({2 * gs}, {.dtype = rg::kFloat64});
+  g.all_to_all(received, sent);
+  check(equal(received, expected), name + ": all_to_all");
 
   // a ring inside the group, by group ranks
   if (gs > 1) {

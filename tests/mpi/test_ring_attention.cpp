@@ -146,10 +146,12 @@ int main(int argc, char** argv) {
     }
 
     // ---- context_parallel with a tiny nn::MultiheadAttention ----
+    using Method = rg::parallel::ContextParallelMethod;
+    for (Method method : {Method::Ring, Method::AllGather, Method::Ulysses})
     for (bool causal : {false, true}) {
-      const int64_t E = 8;
+      const int64_t E = 24;  // 12 heads: Ulysses needs them divisible by N = 1..4
       rg::manual_seed(3);  // the same weights on every rank
-      rg::nn::MultiheadAttention mha(E, 2, {.batch_first = true});
+      rg::nn::MultiheadAttention mha(E, 12, {.batch_first = true});
       mha.to(rg::kFloat64);
       rg::Tensor x = rg::randn({B, T, E}, f64, &data_gen);
       rg::Tensor w = rg::randn({B, T, E}, f64, &data_gen);  // loss = Σ y ⊙ w
@@ -163,10 +165,13 @@ int main(int argc, char** argv) {
 
       mha.zero_grad();
       rg::Tensor xs = x, ws = w;
-      const std::string tag = causal ? "causal: " : "non-causal: ";
+      const char* method_name = method == Method::Ring        ? "ring"
+                                : method == Method::AllGather ? "all-gather"
+                                                              : "ulysses";
+      const std::string tag = std::string(method_name) + (causal ? ", causal: " : ", non-causal: ");
       {
-        auto cp =
-            rg::parallel::context_parallel(world, {&xs, &ws}, /*seq_dims=*/{1}, {.causal = causal});
+        auto cp = rg::parallel::context_parallel(world, {&xs, &ws}, /*seq_dims=*/{1},
+                                                 {.causal = causal, .method = method});
         check(xs.size(1) == T / n && ws.size(1) == T / n, tag + "buffers sharded in place", rank);
         check(max_abs_diff(xs, cp.shard_sequence(x, 1)) == 0, tag + "shard is this rank's", rank);
         rg::nn::AttentionImpl inside = rg::nn::set_attention_impl({});
@@ -192,8 +197,20 @@ int main(int argc, char** argv) {
               rank);
         double worst = max_over_ranks(comm, std::max({d_y, d_gather, d_grad}));
         if (rank == 0)
-          std::printf("N=%d context_parallel MHA %-11s max |cp - full| (out, gather, grads) %.3g\n",
-                      n, causal ? "causal" : "non-causal", worst);
+          std::printf("N=%d context_parallel %-10s MHA %-11s max |cp - full| (out, gather, grads) %.3g\n",
+                      n, method_name, causal ? "causal" : "non-causal", worst);
+        if (method == Method::Ulysses && n > 1) {  // heads that do not divide by N
+          std::string err;
+          try {
+            rg::Tensor odd = rg::randn({1, n + 1, T / n, 2}, f64);
+            rg::nn::attention(odd, odd, odd);
+          } catch (const rg::Error& e) {
+            err = e.what();
+          }
+          check(err.find("divisible by the " + std::to_string(n) + " ranks for the Ulysses method") !=
+                    std::string::npos,
+                tag + "heads not divisible by N: '" + err + "'", rank);
+        }
 
         std::string msg;  // additive masks are not supported in the region (yet)
         try {
