@@ -40,15 +40,21 @@ static void check_reduce(const Tensor& t, Reduce op, const char* name) {
            "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
 }
 
+void Communicator::count_wire_bytes(double fraction, const Tensor& t) {
+  wire_bytes_ += static_cast<int64_t>(fraction * double(t.nbytes()));
+}
+
 WorkHandle Communicator::all_reduce_async(Tensor& t, Reduce op) {
   check(t, "all_reduce");
   check_reduce(t, op, "all_reduce");
+  count_wire_bytes(2.0 * (size() - 1) / size(), t);
   return do_all_reduce_async(t, op);
 }
 
 WorkHandle Communicator::broadcast_async(Tensor& t, int root) {
   check(t, "broadcast");
   check_rank(root, "broadcast", "root");
+  count_wire_bytes(double(size() - 1) / size(), t);
   return do_broadcast_async(t, root);
 }
 
@@ -56,6 +62,7 @@ WorkHandle Communicator::reduce_async(Tensor& t, int root, Reduce op) {
   check(t, "reduce");
   check_rank(root, "reduce", "root");
   check_reduce(t, op, "reduce");
+  count_wire_bytes(double(size() - 1) / size(), t);
   return do_reduce_async(t, root, op);
 }
 
@@ -64,6 +71,7 @@ Tensor Communicator::all_gather(const Tensor& t) {
   Shape shape = t.shape();
   shape.insert(shape.begin(), size());
   Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
+  count_wire_bytes(size() - 1, t);
   do_all_gather_async(out, t)->wait();
   return out;
 }
@@ -84,6 +92,7 @@ void Communicator::check_chunks(const Tensor& whole, const Tensor& part, const T
 
 WorkHandle Communicator::all_gather_async(Tensor& out, const Tensor& in) {
   check_chunks(out, in, out, "all_gather");
+  count_wire_bytes(size() - 1, in);
   return do_all_gather_async(out, in);
 }
 
@@ -98,6 +107,7 @@ WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in) {
   RG_CHECK(in.numel() == out.numel() && in.numel() % size() == 0, "all_to_all",
            "expected in and out of one size, divisible into ", size(),
            " chunks (one per rank), got ", in.describe(), " and ", out.describe());
+  count_wire_bytes(double(size() - 1) / size(), in);
   return do_all_to_all_async(out, in);
 }
 
@@ -109,6 +119,7 @@ Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
   Shape shape = t.shape();
   shape[0] /= size();
   Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
+  count_wire_bytes(double(size() - 1) / size(), t);
   do_reduce_scatter_async(out, t, op)->wait();
   return out;
 }
@@ -116,6 +127,7 @@ Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
 WorkHandle Communicator::reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) {
   check_chunks(in, out, out, "reduce_scatter");
   check_reduce(in, op, "reduce_scatter");
+  count_wire_bytes(double(size() - 1) / size(), in);
   return do_reduce_scatter_async(out, in, op);
 }
 
@@ -143,6 +155,7 @@ WorkHandle Communicator::send_async(const Tensor& t, int dst, int tag) {
   check(t, "send");
   check_rank(dst, "send", "dst");
   RG_CHECK(tag >= 0, "send", "expected a tag >= 0, got ", tag);
+  count_wire_bytes(1.0, t);
   return do_send_async(t, dst, tag);
 }
 

@@ -15,6 +15,7 @@
 // GPU's compute stream after it and returns (the host waits when it reads).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,14 @@ class Communicator {
   void recv(Tensor& t, int src, int tag = 0) { recv_async(t, src, tag)->wait(); }
   virtual void barrier() = 0;
 
+  // Bytes this rank has put on the wire through this communicator, counted as ring
+  // algorithms send them: all_reduce 2(N−1)/N of the tensor, all_gather (N−1) × its
+  // input, reduce_scatter, all_to_all, broadcast and reduce (N−1)/N of theirs, send all
+  // of it. A model of the traffic (MPI and NCCL may choose other algorithms), the same
+  // on every backend: what benchmarks compare between methods.
+  int64_t wire_bytes() const { return wire_bytes_.load(); }
+  void reset_wire_bytes() { wire_bytes_ = 0; }
+
   // ---- process groups
   // A sub-communicator (MPI_Comm_split): the ranks that pass the same color >= 0
   // form one group, numbered in order of key (ties: by rank here); a rank that
@@ -131,6 +140,8 @@ class Communicator {
   void check_rank(int r, const char* op, const char* what) const;
   void check_chunks(const Tensor& whole, const Tensor& part, const Tensor& out,
                     const char* op) const;
+  void count_wire_bytes(double fraction, const Tensor& t);  // wire_bytes += fraction · t's bytes
+  std::atomic<int64_t> wire_bytes_{0};
 };
 
 // RINGGRAD_COMM_TIMEOUT_S: seconds a rank waits for a collective before it

@@ -163,7 +163,10 @@ Tensor region_attention(Communicator& comm, SequenceLayout layout, ContextParall
 ContextParallel::ContextParallel(Communicator& comm, const std::vector<Tensor*>& buffers,
                                  const std::vector<int64_t>& seq_dims,
                                  ContextParallelOptions options)
-    : comm_(comm), layout_(options.causal ? SequenceLayout::Zigzag : SequenceLayout::Contiguous) {
+    : comm_(comm),
+      layout_(options.layout != SequenceLayout::Auto ? options.layout
+              : options.causal                       ? SequenceLayout::Zigzag
+                                                     : SequenceLayout::Contiguous) {
   RG_CHECK(seq_dims.size() == 1 || seq_dims.size() == buffers.size(), kOp,
            "expected one seq dim for all buffers or one per buffer (", buffers.size(), "), got ",
            seq_dims.size());

@@ -46,6 +46,9 @@ enum class ContextParallelMethod { Ring, AllGather, Ulysses };
 struct ContextParallelOptions {
   bool causal = false;  // shard zigzag (balances causal attention); contiguous otherwise
   ContextParallelMethod method = ContextParallelMethod::Ring;
+  // Auto: zigzag when causal (every rank gets as much causal work), contiguous otherwise.
+  // Contiguous with causal is allowed, to measure the imbalance zigzag removes.
+  SequenceLayout layout = SequenceLayout::Auto;
 };
 
 class ContextParallel {
