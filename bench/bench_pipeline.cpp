@@ -1,6 +1,6 @@
 // bench_pipeline.cpp — the pipeline bubble, measured against the theory.
 //
-//   scripts/rgrun -n 2 build/bin/bench_pipeline [--layers-per-stage 4 --width 512 --batch 64]
+//   scripts/rgrun -n 2 build/bin/bench_pipeline [--layers-per-stage 4 --width 1024 --batch 64]
 //                                                [--trace pipe.json]
 //
 // Each rank is one stage of Linear(width, width) + ReLU layers (enough compute per
@@ -28,7 +28,7 @@ namespace par = rg::parallel;
 int main(int argc, char** argv) {
   par::World world(argc, argv);
   CLI::App app{"Pipeline bubble: measured vs (p - 1) / (m + p - 1)"};
-  int64_t layers = 4, width = 512, batch = 64;
+  int64_t layers = 4, width = 1024, batch = 64;
   std::string trace_path;
   app.add_option("--layers-per-stage", layers, "Linear + ReLU layers on each rank")->check(CLI::PositiveNumber);
   app.add_option("--width", width, "features of every layer")->check(CLI::PositiveNumber);
