@@ -14,25 +14,41 @@ namespace ringgrad::parallel {
 
 namespace {
 
-// Every rank's x concatenated along the last dim, in rank order (no autograd).
-Tensor all_gather_last(const Tensor& x, Communicator& tp) {
-  Tensor stacked = tp.all_gather(x.contiguous());  // (N, …, d)
+// Every rank's x concatenated along `dim`, in rank order (no autograd).
+Tensor all_gather_dim(const Tensor& x, Communicator& tp, int64_t dim) {
+  Tensor stacked = tp.all_gather(x.contiguous());  // (N, …): x's dim d is dim d + 1 here
   Dims order;
-  for (int64_t d = 1; d < stacked.dim() - 1; ++d) order.push_back(d);
-  order.push_back(0);
-  order.push_back(stacked.dim() - 1);
+  for (int64_t d = 1; d <= dim; ++d) order.push_back(d);
+  order.push_back(0);  // N just before x's dim: (…, N, size(dim), …)
+  for (int64_t d = dim + 1; d < stacked.dim(); ++d) order.push_back(d);
   Shape shape = x.shape();
-  shape.back() *= tp.size();
-  return stacked.permute(order).reshape(shape);  // (…, N, d) -> (…, N·d)
+  shape[static_cast<size_t>(dim)] *= tp.size();
+  return stacked.permute(order).reshape(shape);
 }
+Tensor all_gather_last(const Tensor& x, Communicator& tp) { return all_gather_dim(x, tp, x.dim() - 1); }
 
-// This rank's slice of the last dim (no autograd).
-Tensor my_slice_last(const Tensor& x, Communicator& tp, const char* who) {
-  const int64_t d = x.size(-1);
-  RG_CHECK(d % tp.size() == 0, who, "expected a last dim divisible by the tensor-parallel size ",
+// This rank's slice of `dim` (no autograd).
+Tensor my_slice(const Tensor& x, Communicator& tp, int64_t dim, const char* who) {
+  const int64_t d = x.size(dim);
+  RG_CHECK(d % tp.size() == 0, who, "expected dim ", dim, " divisible by the tensor-parallel size ",
            tp.size(), ", got shape ", shape_str(x.shape()));
   const int64_t k = d / tp.size();
-  return x.narrow(x.dim() - 1, tp.rank() * k, k).contiguous();
+  return x.narrow(dim, tp.rank() * k, k).contiguous();
+}
+Tensor my_slice_last(const Tensor& x, Communicator& tp, const char* who) {
+  return my_slice(x, tp, x.dim() - 1, who);
+}
+
+// The sum over ranks of x, each rank keeping its slice of `dim` (no autograd).
+Tensor reduce_scatter_dim(const Tensor& x, Communicator& tp, int64_t dim) {
+  RG_CHECK(x.size(dim) % tp.size() == 0, "reduce_scatter_to_sequence_region", "expected dim ", dim,
+           " divisible by the tensor-parallel size ", tp.size(), ", got shape ", shape_str(x.shape()));
+  Tensor front = x.transpose(0, dim).contiguous();  // the dim to split first
+  Shape part = front.shape();
+  part[0] /= tp.size();
+  Tensor mine = empty(part, {.dtype = x.dtype(), .device = x.device()});
+  tp.reduce_scatter_async(mine, front, Reduce::Sum)->wait();
+  return mine.transpose(0, dim).contiguous();
 }
 
 Tensor summed(const Tensor& x, Communicator& tp) {
@@ -89,6 +105,53 @@ Tensor scatter_to_tp_region(const Tensor& x, Communicator& tp) {
   return out;
 }
 
+Tensor scatter_to_sequence_region(const Tensor& x, Communicator& tp, int64_t seq_dim) {
+  const int64_t dim = normalize_dim(seq_dim, x.dim(), "scatter_to_sequence_region");
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = my_slice(x, tp, dim, "scatter_to_sequence_region");
+  }
+  autograd::record("scatter_to_sequence_region", out, {&x}, [&tp, dim](const Tensor& g) {
+    return autograd::Grads{all_gather_dim(g, tp, dim)};
+  });
+  return out;
+}
+
+Tensor gather_from_sequence_region(const Tensor& x, Communicator& tp, int64_t seq_dim) {
+  const int64_t dim = normalize_dim(seq_dim, x.dim(), "gather_from_sequence_region");
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = all_gather_dim(x, tp, dim);
+  }
+  autograd::record("gather_from_sequence_region", out, {&x}, [&tp, dim](const Tensor& g) {
+    return autograd::Grads{reduce_scatter_dim(g, tp, dim)};  // each rank's partial, summed
+  });
+  return out;
+}
+
+Tensor reduce_scatter_to_sequence_region(const Tensor& x, Communicator& tp, int64_t seq_dim) {
+  const int64_t dim = normalize_dim(seq_dim, x.dim(), "reduce_scatter_to_sequence_region");
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = reduce_scatter_dim(x, tp, dim);
+  }
+  autograd::record("reduce_scatter_to_sequence_region", out, {&x}, [&tp, dim](const Tensor& g) {
+    return autograd::Grads{all_gather_dim(g, tp, dim)};
+  });
+  return out;
+}
+
+void all_reduce_grads(const std::vector<Tensor>& params, Communicator& tp) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) tp.all_reduce(g, Reduce::Sum);
+  }
+}
+
 // ---------------------------------------------------------------- column parallel
 
 ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& whole, Communicator& tp,
@@ -140,7 +203,10 @@ Tensor ColumnParallelLinear::unshard(const std::string&, const Tensor& local) co
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
   RG_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "ColumnParallelLinear",
            "expected input with last dim ", in_features, ", got shape ", shape_str(x.shape()));
-  Tensor y = nn::linear(copy_to_tp_region(x, tp_), weight, bias);  // this rank's output slice
+  // The whole input on every rank: as given (f), or gathered from sequence shards.
+  Tensor whole = options_.sequence_parallel ? gather_from_sequence_region(x, tp_, options_.seq_dim)
+                                            : copy_to_tp_region(x, tp_);
+  Tensor y = nn::linear(whole, weight, bias);  // this rank's output slice
   return options_.gather_output ? gather_from_tp_region(y, tp_) : y;
 }
 
@@ -182,7 +248,11 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
   RG_CHECK(mine.dim() >= 1 && mine.size(-1) == weight.size(1), "RowParallelLinear",
            "expected this rank's input slice with last dim ", weight.size(1), ", got shape ",
            shape_str(mine.shape()));
-  Tensor y = reduce_from_tp_region(nn::linear(mine, weight), tp_);  // the partial sums, added
+  Tensor partial = nn::linear(mine, weight);
+  // The partial sums added (g), or added and cut into sequence shards.
+  Tensor y = options_.sequence_parallel
+                 ? reduce_scatter_to_sequence_region(partial, tp_, options_.seq_dim)
+                 : reduce_from_tp_region(partial, tp_);
   return bias.defined() ? y + bias : y;
 }
 
@@ -197,11 +267,13 @@ std::string RowParallelLinear::describe() const {
 // ---------------------------------------------------------------- attention
 
 ParallelSelfAttention::ParallelSelfAttention(const nn::MultiheadAttention& whole,
-                                             Communicator& tp, bool causal)
+                                             Communicator& tp, bool causal, bool sequence_parallel)
     : embed_dim(whole.embed_dim), num_heads(whole.num_heads), local_heads(0),
       head_dim(whole.head_dim),
-      in_proj(whole.in_proj_weight, whole.in_proj_bias, tp, {.stacked = 3}),
-      out_proj(whole.out_proj, tp, {.input_is_parallel = true}), causal_(causal) {
+      in_proj(whole.in_proj_weight, whole.in_proj_bias, tp,
+              {.stacked = 3, .sequence_parallel = sequence_parallel}),
+      out_proj(whole.out_proj, tp, {.input_is_parallel = true, .sequence_parallel = sequence_parallel}),
+      causal_(causal) {
   RG_CHECK(whole.in_proj_weight.defined(), "ParallelSelfAttention",
            "expected a MultiheadAttention with one embed_dim for q, k and v");
   RG_CHECK(num_heads % tp.size() == 0, "ParallelSelfAttention", "expected num_heads ", num_heads,
@@ -216,8 +288,8 @@ ParallelSelfAttention::ParallelSelfAttention(const nn::MultiheadAttention& whole
 Tensor ParallelSelfAttention::forward(const Tensor& x) {
   RG_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "ParallelSelfAttention",
            "expected (B, T, ", embed_dim, ") input, got shape ", shape_str(x.shape()));
-  const int64_t b = x.size(0), t = x.size(1), e = local_heads * head_dim;
-  Tensor qkv = in_proj(x);  // (B, T, 3·E/N): this rank's heads of q, k and v
+  Tensor qkv = in_proj(x);  // (B, T, 3·E/N): this rank's heads of q, k and v (all positions)
+  const int64_t b = qkv.size(0), t = qkv.size(1), e = local_heads * head_dim;
   auto heads = [&](int64_t i) {
     return qkv.narrow(2, i * e, e).reshape({b, t, local_heads, head_dim}).transpose(1, 2);
   };

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "ringgrad/nn/layers.h"
 #include "ringgrad/nn/transformer.h"
@@ -47,6 +48,22 @@ Tensor reduce_from_tp_region(const Tensor& x, Communicator& tp);  // fwd: all-re
 Tensor gather_from_tp_region(const Tensor& x, Communicator& tp);
 // fwd: this rank's slice of the last dim (divisible by N); bwd: the slices' gradients gathered.
 Tensor scatter_to_tp_region(const Tensor& x, Communicator& tp);
+
+// ---- sequence parallelism: between tensor-parallel blocks, activations sharded along the
+// sequence (LayerNorm, dropout and residuals then work on 1/N of the positions); the
+// all-reduce around a block becomes an all-gather before it and a reduce-scatter after it
+// (the same bytes). seq_dim: 1 for batch-first (B, T, E).
+// fwd: this rank's positions; bwd: the positions' gradients gathered (entering the region).
+Tensor scatter_to_sequence_region(const Tensor& x, Communicator& tp, int64_t seq_dim = 1);
+// fwd: every rank's positions, in order; bwd: reduce-scatter (a tensor-parallel consumer's
+// gradients are partial sums). Before a column-parallel layer.
+Tensor gather_from_sequence_region(const Tensor& x, Communicator& tp, int64_t seq_dim = 1);
+// fwd: the ranks' partial sums added, each rank keeping its positions; bwd: all-gather.
+// After a row-parallel layer.
+Tensor reduce_scatter_to_sequence_region(const Tensor& x, Communicator& tp, int64_t seq_dim = 1);
+// Parameters every rank holds whole but applies to its own positions only (LayerNorm, a
+// row layer's bias under sequence parallelism) get partial gradients: sum them.
+void all_reduce_grads(const std::vector<Tensor>& params, Communicator& tp);
 
 // A layer whose parameters are slices of a plain layer's: how to cut a whole parameter
 // and how to put one together again (a collective).
@@ -64,6 +81,9 @@ struct ColumnParallelOptions {
   // Output features made of `stacked` blocks sliced separately (3: attention's q, k, v
   // rows stacked in one in_proj_weight), so each rank keeps the same heads of each.
   int64_t stacked = 1;
+  // The input is this rank's sequence shard: all-gather it first (sequence parallelism).
+  bool sequence_parallel = false;
+  int64_t seq_dim = 1;
 };
 
 class ColumnParallelLinear : public nn::Module, public TensorParallelModule {
@@ -87,6 +107,9 @@ class ColumnParallelLinear : public nn::Module, public TensorParallelModule {
 
 struct RowParallelOptions {
   bool input_is_parallel = false;  // x is already this rank's slice (a column layer's output)
+  // Reduce-scatter the output along the sequence instead of all-reducing it.
+  bool sequence_parallel = false;
+  int64_t seq_dim = 1;
 };
 
 class RowParallelLinear : public nn::Module, public TensorParallelModule {
@@ -111,7 +134,9 @@ class RowParallelLinear : public nn::Module, public TensorParallelModule {
 // forward(x) = whole.forward(x, x, x, masks) on every rank; masks: is_causal only.
 class ParallelSelfAttention : public nn::Module, public TensorParallelModule {
  public:
-  ParallelSelfAttention(const nn::MultiheadAttention& whole, Communicator& tp, bool causal = false);
+  // sequence_parallel: x and the output are this rank's sequence shards (B, T/N, E).
+  ParallelSelfAttention(const nn::MultiheadAttention& whole, Communicator& tp, bool causal = false,
+                        bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
   // in_proj_weight, in_proj_bias: in_proj's slices (out_proj is a module of its own).
   Tensor shard(const std::string& name, const Tensor& whole) const override;

@@ -11,6 +11,8 @@
 //  * gather_output and a row layer taking the whole input;
 //  * ParallelSelfAttention (12 heads split N ways), causal and not;
 //  * VocabParallelEmbedding and vocab_parallel_cross_entropy (values and gradients);
+//  * sequence parallelism: a pre-norm block on sequence shards (LayerNorms, residuals),
+//    its output, input gradient and every parameter's gradient;
 //  * a block (attention + MLP) trained 3 AdamW steps: the same parameters as the plain
 //    block, compared through tp_full_state_dict; and the plain state loaded into a fresh
 //    tensor-parallel block with tp_load_full_state_dict gives the same output.
@@ -175,6 +177,62 @@ void check_vocabulary(par::Communicator& tp) {
               "vocab_parallel_cross_entropy: the head's rows' gradient");
 }
 
+// Sequence parallelism: a pre-norm block whose LayerNorms and residuals run on sequence
+// shards, the tensor-parallel layers gathering before and reduce-scattering after.
+struct PlainNormBlock : rg::nn::Module {
+  rg::nn::LayerNorm ln1{24}, ln2{24};
+  rg::nn::MultiheadAttention attn{24, 12, {.batch_first = true}};
+  rg::nn::Linear up{24, 48}, down{48, 24};
+  PlainNormBlock() {
+    register_module("ln1", ln1);
+    register_module("attn", attn);
+    register_module("ln2", ln2);
+    register_module("up", up);
+    register_module("down", down);
+    to(rg::kFloat64);
+  }
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor h = ln1(x);
+    rg::Tensor y = x + attn(h, h, h, {.is_causal = true});
+    return y + down(rg::gelu(up(ln2(y))));
+  }
+};
+
+void check_sequence_parallel(par::Communicator& tp) {
+  rg::manual_seed(15);
+  PlainNormBlock plain;
+  rg::nn::LayerNorm ln1(24), ln2(24);  // replicated: the plain block's values
+  ln1.to(rg::kFloat64), ln2.to(rg::kFloat64);
+  ln1.load_state_dict(plain.ln1.state_dict()), ln2.load_state_dict(plain.ln2.state_dict());
+  par::ParallelSelfAttention attn(plain.attn, tp, /*causal=*/true, /*sequence_parallel=*/true);
+  par::ColumnParallelLinear up(plain.up, tp, {.sequence_parallel = true});
+  par::RowParallelLinear down(plain.down, tp, {.input_is_parallel = true, .sequence_parallel = true});
+  rg::Tensor x1 = input({2, 12, 24}, 30), x2 = input({2, 12, 24}, 30);
+  rg::Tensor weights = input({2, 12, 24}, 31).detach();
+  rg::Tensor want = plain(x1);
+  (want * weights).sum().backward();
+  rg::Tensor xs = par::scatter_to_sequence_region(x2, tp);  // (2, 12/N, 24)
+  rg::Tensor y = xs + attn(ln1(xs));
+  rg::Tensor z = y + down(rg::gelu(up(ln2(y))));
+  check(z.size(1) == 12 / N, "sequence parallel: each rank holds 12/N positions");
+  check_close(z, slice(want.detach(), 1), "sequence parallel: this rank's positions of the output");
+  (z * slice(weights, 1)).sum().backward();
+  check_close(x2.grad(), x1.grad(), "sequence parallel: the input's gradient");
+  // Replicated parameters saw only this rank's positions: sum their gradients.
+  std::vector<rg::Tensor> replicated = ln1.parameters();
+  for (const rg::Tensor& p : ln2.parameters()) replicated.push_back(p);
+  replicated.push_back(attn.out_proj.bias);
+  replicated.push_back(down.bias);
+  par::all_reduce_grads(replicated, tp);
+  check_close(ln1.weight.grad(), plain.ln1.weight.grad(), "sequence parallel: LayerNorm gradients, summed");
+  check_close(ln2.bias.grad(), plain.ln2.bias.grad(), "sequence parallel: LayerNorm bias gradients, summed");
+  check_close(down.bias.grad(), plain.down.bias.grad(), "sequence parallel: the row layer's bias, summed");
+  check_close(up.weight.grad(), slice(plain.up.weight.grad(), 0), "sequence parallel: column weight gradient");
+  check_close(down.weight.grad(), slice(plain.down.weight.grad(), 1), "sequence parallel: row weight gradient");
+  check_close(attn.out_proj.weight.grad(), slice(plain.attn.out_proj.weight.grad(), 1),
+              "sequence parallel: attention's out_proj gradient");
+}
+
 // Attention then an MLP, residual: a Transformer block without norms.
 struct PlainBlock : rg::nn::Module {
   rg::nn::MultiheadAttention attn{24, 12, {.batch_first = true}};
@@ -258,6 +316,7 @@ int main(int argc, char** argv) {
     check_attention(tp, false);
     check_attention(tp, true);
     check_vocabulary(tp);
+    check_sequence_parallel(tp);
     check_training(tp);
     return mpi_test::report(rank, N);
   });
