@@ -1,0 +1,277 @@
+// test_4d.cpp — data, tensor, pipeline and context parallelism on one mesh give one
+// process's training run.
+//
+//   scripts/rgrun -n 4 build/bin/test_4d          (then -n 1, 2, 8: ctest runs them all)
+//
+// A tiny GPT in float64 (vocab 16, d_model 8, 4 heads, 2 blocks, 8 positions; token and
+// position embeddings, pre-norm blocks of causal self-attention and a GELU MLP, a final
+// LayerNorm, an LM head) trains 3 AdamW steps on a batch of 4 sequences, once in one
+// process with plain nn layers (every rank computes it), and once for every
+// (dp, pp, cp, tp) with each size in {1, 2} whose product is the world size, on a mesh
+// with those axes (tp varying fastest):
+//   dp  each replica takes 4/dp of the sequences;
+//   pp  the blocks are cut into pp stages (the embeddings on the first, the final norm,
+//       head and loss on the last), 2 micro-batches under 1F1B;
+//   cp  each sequence's positions are shared by the cp ranks (zigzag, ring attention);
+//   tp  attention heads, the MLP, the vocabulary of the embedding and of the head
+//       (vocab-parallel cross-entropy) are split across the tp ranks.
+// The gradients are averaged over the flattened (dp, cp) group (cp ranks hold different
+// tokens of the same sequences). The contract: the same loss at every step and the same
+// final parameters (gathered whole from the tp slices, compared by name) as one process,
+// to 1e-10.
+// Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
+#include <ringgrad/parallel/context_parallel.h>
+#include <ringgrad/parallel/device_mesh.h>
+#include <ringgrad/parallel/pipeline.h>
+#include <ringgrad/parallel/tensor_parallel.h>
+#include <ringgrad/parallel/world.h>
+#include <ringgrad/ringgrad.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checks.h"
+
+namespace rg = ringgrad;
+namespace par = rg::parallel;
+
+namespace {
+
+int rank = 0, N = 1;
+void check(bool ok, const std::string& what) { mpi_test::check(ok, what, rank); }
+
+constexpr int64_t kVocab = 16, kModel = 8, kHeads = 4, kBlocks = 2, kSeq = 8, kBatch = 4;
+constexpr int kSteps = 3;
+
+// ---- the plain model (one process)
+
+struct PlainBlock : rg::nn::Module {
+  rg::nn::LayerNorm ln1{kModel}, ln2{kModel};
+  rg::nn::MultiheadAttention attn{kModel, kHeads, {.batch_first = true}};
+  rg::nn::Linear up{kModel, 4 * kModel}, down{4 * kModel, kModel};
+  PlainBlock() {
+    register_module("ln1", ln1);
+    register_module("attn", attn);
+    register_module("ln2", ln2);
+    register_module("up", up);
+    register_module("down", down);
+  }
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor h = ln1(x);
+    rg::Tensor y = x + attn(h, h, h, {.is_causal = true});
+    return y + down(rg::gelu(up(ln2(y))));
+  }
+};
+
+// Children named by their global index ("blocks.1" on every stage that holds block 1).
+struct Blocks : rg::nn::Module {
+  std::vector<std::shared_ptr<rg::nn::Module>> list;
+  void add(int64_t index, std::shared_ptr<rg::nn::Module> block) {
+    list.push_back(register_module(std::to_string(index), std::move(block)));
+  }
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor h = x;
+    for (auto& b : list) h = (*b)(h);
+    return h;
+  }
+};
+
+struct PlainGPT : rg::nn::Module {
+  rg::nn::Embedding wte{kVocab, kModel}, wpe{kSeq, kModel};
+  std::shared_ptr<Blocks> blocks = std::make_shared<Blocks>();
+  rg::nn::LayerNorm ln_f{kModel};
+  rg::nn::Linear head{kModel, kVocab, /*bias=*/false};
+  PlainGPT() {
+    register_module("wte", wte);
+    register_module("wpe", wpe);
+    register_module("blocks", blocks);
+    for (int64_t b = 0; b < kBlocks; ++b) blocks->add(b, std::make_shared<PlainBlock>());
+    register_module("ln_f", ln_f);
+    register_module("head", head);
+    to(rg::kFloat64);
+  }
+  rg::Tensor forward(const rg::Tensor& tokens) override {
+    rg::Tensor pos = rg::arange(tokens.size(1), {.dtype = rg::kInt64}).unsqueeze(0);
+    return head(ln_f((*blocks)(wte(tokens) + wpe(pos))));
+  }
+};
+
+// ---- the parallel model: one pipeline stage, tensor-parallel layers
+
+struct ParallelBlock : rg::nn::Module {
+  rg::nn::LayerNorm ln1{kModel}, ln2{kModel};
+  par::ParallelSelfAttention attn;
+  par::ColumnParallelLinear up;
+  par::RowParallelLinear down;
+  ParallelBlock(PlainBlock& plain, par::Communicator& tp)
+      : attn(plain.attn, tp, /*causal=*/true), up(plain.up, tp),
+        down(plain.down, tp, {.input_is_parallel = true}) {
+    ln1.to(rg::kFloat64), ln2.to(rg::kFloat64);
+    ln1.load_state_dict(plain.ln1.state_dict()), ln2.load_state_dict(plain.ln2.state_dict());
+    register_module("ln1", ln1);
+    register_module("attn", attn);
+    register_module("ln2", ln2);
+    register_module("up", up);
+    register_module("down", down);
+  }
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor y = x + attn(ln1(x));
+    return y + down(rg::gelu(up(ln2(y))));
+  }
+};
+
+// Stage `s` of `p`: blocks [s·kBlocks/p, (s+1)·kBlocks/p), the embeddings on the first,
+// the final norm and the head (its vocabulary split over tp) on the last.
+struct Stage : rg::nn::Module {
+  bool first, last;
+  std::unique_ptr<par::VocabParallelEmbedding> wte;
+  std::unique_ptr<rg::nn::Embedding> wpe;
+  std::shared_ptr<Blocks> blocks = std::make_shared<Blocks>();
+  std::unique_ptr<rg::nn::LayerNorm> ln_f;
+  std::unique_ptr<par::ColumnParallelLinear> head;
+  rg::Tensor positions = rg::arange(kSeq, {.dtype = rg::kInt64}).unsqueeze(0);  // cp shards it
+
+  Stage(PlainGPT& plain, int s, int p, par::Communicator& tp) : first(s == 0), last(s == p - 1) {
+    if (first) {
+      wte = std::make_unique<par::VocabParallelEmbedding>(plain.wte, tp);
+      wpe = std::make_unique<rg::nn::Embedding>(kSeq, kModel);
+      wpe->to(rg::kFloat64);
+      wpe->load_state_dict(plain.wpe.state_dict());
+      register_module("wte", *wte);
+      register_module("wpe", *wpe);
+    }
+    register_module("blocks", blocks);
+    for (int64_t b = s * kBlocks / p; b < (s + 1) * kBlocks / p; ++b)
+      blocks->add(b, std::make_shared<ParallelBlock>(
+                         static_cast<PlainBlock&>(*plain.blocks->list[static_cast<size_t>(b)]), tp));
+    if (last) {
+      ln_f = std::make_unique<rg::nn::LayerNorm>(kModel);
+      ln_f->to(rg::kFloat64);
+      ln_f->load_state_dict(plain.ln_f.state_dict());
+      head = std::make_unique<par::ColumnParallelLinear>(plain.head, tp);
+      register_module("ln_f", *ln_f);
+      register_module("head", *head);
+    }
+  }
+  // first: tokens (B, T) -> hidden; middle: hidden -> hidden; last: -> this rank's logits.
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor h = first ? (*wte)(x) + (*wpe)(positions.narrow(1, 0, x.size(1))) : x;
+    h = (*blocks)(h);
+    return last ? (*head)((*ln_f)(h)) : h;
+  }
+};
+
+// ---- the data and the reference run
+
+struct Batch {
+  rg::Tensor tokens, targets;
+};
+Batch batch(int step) {
+  rg::Generator gen(200 + static_cast<uint64_t>(step));
+  rg::Tensor seq = rg::randint(0, kVocab, {kBatch, kSeq + 1}, &gen);
+  return {seq.narrow(1, 0, kSeq).contiguous(), seq.narrow(1, 1, kSeq).contiguous()};
+}
+
+std::unique_ptr<PlainGPT> make_plain() {
+  rg::manual_seed(42);  // the same weights on every rank
+  return std::make_unique<PlainGPT>();
+}
+
+// One process: the losses of each step and the final state.
+std::pair<std::vector<double>, rg::NamedTensors> reference_run() {
+  auto model = make_plain();
+  rg::optim::AdamW opt(model->parameters(), {.lr = 1e-2});
+  std::vector<double> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    Batch b = batch(step);
+    opt.zero_grad();
+    rg::Tensor loss = rg::nn::cross_entropy((*model)(b.tokens).reshape({-1, kVocab}), b.targets.reshape({-1}));
+    loss.backward();
+    opt.step();
+    losses.push_back(loss.item());
+  }
+  rg::NamedTensors state;
+  for (auto& [name, t] : model->state_dict()) state.emplace_back(name, t.detach().clone());
+  return {losses, state};
+}
+
+// ---- one (dp, pp, cp, tp) configuration
+
+void run(int dp, int pp, int cp, int tp, const std::vector<double>& want_losses,
+         const rg::NamedTensors& want_state, par::Communicator& world) {
+  const std::string name = "dp" + std::to_string(dp) + " pp" + std::to_string(pp) + " cp" +
+                           std::to_string(cp) + " tp" + std::to_string(tp);
+  par::DeviceMesh mesh(world, {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
+  par::Communicator& tp_group = mesh.group("tp");
+  par::Communicator& pp_group = mesh.group("pp");
+  par::Communicator& cp_group = mesh.group("cp");
+  par::Communicator& data_group = mesh.group({"dp", "cp"});  // the gradient is averaged here
+  auto plain = make_plain();
+  Stage stage(*plain, mesh.rank("pp"), pp, tp_group);
+  rg::optim::AdamW opt(stage.parameters(), {.lr = 1e-2});
+  par::Pipeline pipe(stage, pp_group, {.micro_batches = 2});
+  auto loss_fn = [&](const rg::Tensor& logits, const rg::Tensor& targets) {
+    return par::vocab_parallel_cross_entropy(logits, targets, tp_group);
+  };
+  const int64_t rows = kBatch / dp, first_row = mesh.rank("dp") * rows;
+  double worst_loss = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    Batch b = batch(step);
+    rg::Tensor tokens = b.tokens.narrow(0, first_row, rows).contiguous();
+    rg::Tensor targets = b.targets.narrow(0, first_row, rows).contiguous();
+    opt.zero_grad();
+    double loss = 0;
+    {
+      auto region = par::context_parallel(cp_group, {&tokens, &targets, &stage.positions},
+                                          /*seq_dims=*/{1}, {.causal = true});
+      loss = pipe.forward_backward(tokens, targets, loss_fn);
+    }
+    for (const rg::Tensor& p : stage.parameters()) {  // the mean over every token of the batch
+      rg::Tensor g = p.grad();
+      if (g.defined()) data_group.all_reduce(g, par::Reduce::Avg);
+    }
+    opt.step();
+    rg::Tensor l = rg::full({1}, loss, {.dtype = rg::kFloat64});
+    data_group.all_reduce(l, par::Reduce::Avg);
+    worst_loss = std::max(worst_loss, std::abs(l.item() - want_losses[static_cast<size_t>(step)]));
+  }
+  check(worst_loss <= 1e-10, name + ": the loss of every step (max diff " + std::to_string(worst_loss) + ")");
+  // The final parameters: this stage's, whole, against one process's by name.
+  std::map<std::string, rg::Tensor> want(want_state.begin(), want_state.end());
+  double worst = 0;
+  size_t compared = 0;
+  for (auto& [pname, t] : par::tp_full_state_dict(stage)) {
+    auto it = want.find(pname);
+    check(it != want.end(), name + ": " + pname + " is one of the plain model's parameters");
+    if (it == want.end()) continue;
+    ++compared;
+    worst = std::max(worst, rg::amax(rg::abs(t - it->second)).item());
+  }
+  check(compared > 0 && worst <= 1e-10, name + ": the final parameters (" + std::to_string(compared) +
+                                            " on this stage, max diff " + std::to_string(worst) + ")");
+  if (rank == 0)
+    std::printf("N=%d %s: max |loss - one process| %.2g, max |parameter - one process| %.2g\n", N,
+                name.c_str(), worst_loss, worst);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  par::World world(argc, argv);
+  rank = world.rank();
+  N = world.size();
+  return par::main_guard(world, [&] {
+    auto [losses, state] = reference_run();
+    int configs = 0;
+    for (int dp : {1, 2})
+      for (int pp : {1, 2})
+        for (int cp : {1, 2})
+          for (int tp : {1, 2})
+            if (dp * pp * cp * tp == N) run(dp, pp, cp, tp, losses, state, world.communicator()), ++configs;
+    check(configs > 0, "at least one (dp, pp, cp, tp) multiplies to the world size");
+    return mpi_test::report(rank, N);
+  });
+}
