@@ -39,6 +39,8 @@
 #include <ringgrad/parallel/ddp.h>
 #include <ringgrad/parallel/device_mesh.h>
 #include <ringgrad/parallel/fsdp.h>
+#include <ringgrad/parallel/pipeline.h>
+#include <ringgrad/parallel/tensor_parallel.h>
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/parallel/zero.h>
 #include <ringgrad/ringgrad.h>
@@ -185,6 +187,108 @@ std::pair<rg::Tensor, rg::Tensor> windows(const std::string& text, const std::ve
   return {rg::from_vector(x, {rows, seq}), rg::from_vector(y, {rows, seq})};
 }
 
+// ---------------------------------------------------------------- tensor and pipeline parallel
+
+// A Block with its heads and MLP split across the tp group (Megatron's layout).
+class ParallelBlock : public rg::nn::Module {
+ public:
+  ParallelBlock(const Block& plain, par::Communicator& tp)
+      : ln1(plain.ln1.weight.size(0)), ln2(plain.ln2.weight.size(0)),
+        attn(plain.attn, tp, /*causal=*/true), fc(plain.fc, tp),
+        proj(plain.proj, tp, {.input_is_parallel = true}) {
+    ln1.load_state_dict(plain.ln1.state_dict());
+    ln2.load_state_dict(plain.ln2.state_dict());
+    register_module("ln1", ln1);
+    register_module("attn", attn);
+    register_module("ln2", ln2);
+    register_module("fc", fc);
+    register_module("proj", proj);
+  }
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor y = x + attn(ln1(x));
+    return y + proj(rg::gelu(fc(ln2(y))));
+  }
+
+  rg::nn::LayerNorm ln1, ln2;
+  par::ParallelSelfAttention attn;
+  par::ColumnParallelLinear fc;
+  par::RowParallelLinear proj;
+};
+
+// Children named by their global index, so that names match the GPT's ("blocks.3.fc.weight").
+class IndexedBlocks : public rg::nn::Module {
+ public:
+  void add(int64_t index, std::shared_ptr<rg::nn::Module> block) {
+    list_.push_back(register_module(std::to_string(index), std::move(block)));
+  }
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor h = x;
+    for (auto& b : list_) h = (*b)(h);
+    return h;
+  }
+
+ private:
+  std::vector<std::shared_ptr<rg::nn::Module>> list_;
+};
+
+// Pipeline stage s of p over a tp group, built from the whole GPT: blocks
+// [s·L/p, (s+1)·L/p); the embeddings (vocabulary split over tp) on the first stage; the
+// final norm and the LM head on the last, which reads this rank's vocabulary rows of the
+// token embedding (tied: with p > 1 the last stage keeps its own copy, and the two
+// copies' gradients are summed every step, as Megatron does). Parameter names are the GPT's.
+class Stage : public rg::nn::Module {
+ public:
+  Stage(GPT& gpt, int s, int p, par::Communicator& tp) : first_(s == 0), last_(s == p - 1), gpt_(gpt), tp_(tp) {
+    if (first_ || last_) {
+      wte = std::make_unique<par::VocabParallelEmbedding>(gpt.wte, tp);
+      register_module("wte", *wte);
+    }
+    if (first_) {
+      wpe = std::make_unique<rg::nn::Embedding>(gpt.wpe.num_embeddings, gpt.wpe.embedding_dim);
+      wpe->load_state_dict(gpt.wpe.state_dict());
+      register_module("wpe", *wpe);
+    }
+    auto blocks = register_module("blocks", std::make_shared<IndexedBlocks>());
+    const int64_t layers = static_cast<int64_t>(gpt.blocks->size());
+    for (int64_t b = s * layers / p; b < (s + 1) * layers / p; ++b)
+      blocks->add(b, std::make_shared<ParallelBlock>(static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
+    blocks_ = blocks;
+    if (last_) {
+      ln_f = std::make_unique<rg::nn::LayerNorm>(gpt.ln_f.weight.size(0));
+      ln_f->load_state_dict(gpt.ln_f.state_dict());
+      register_module("ln_f", *ln_f);
+    }
+  }
+  // first: tokens -> hidden; last: -> this rank's slice of the vocabulary's logits.
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor h = first_ ? (*wte)(x) + (*wpe)(gpt_.positions.narrow(1, 0, x.size(1))) : x;
+    h = (*blocks_)(h);
+    if (!last_) return h;
+    return rg::matmul(par::copy_to_tp_region((*ln_f)(h), tp_), wte->weight.t());
+  }
+  bool first() const { return first_; }
+  bool last() const { return last_; }
+
+  std::unique_ptr<par::VocabParallelEmbedding> wte;
+  std::unique_ptr<rg::nn::Embedding> wpe;
+  std::unique_ptr<rg::nn::LayerNorm> ln_f;
+
+ private:
+  bool first_, last_;
+  GPT& gpt_;  // its positions (context_parallel shards them)
+  par::Communicator& tp_;
+  std::shared_ptr<IndexedBlocks> blocks_;
+};
+
+// The groups of a (dp, pp, cp, tp) mesh that training needs.
+struct Groups {
+  par::Communicator& data;  // (dp, cp): the gradient's average
+  par::Communicator& pp;
+  par::Communicator& tp;
+  par::Communicator& pp_tp;  // (pp, tp): one whole model's parameters, for the gradient norm
+  int pp_rank, tp_rank, pp_size;
+};
+
 // ---------------------------------------------------------------- the strategies
 
 // The model under one strategy: the forward to call, the optimizer to step, and
@@ -196,12 +300,38 @@ struct Trainer {
   std::unique_ptr<par::DistributedDataParallel> ddp;
   std::unique_ptr<par::ZeroRedundancyOptimizer> zero;
   std::unique_ptr<par::FullyShardedDataParallel> fsdp;
-  std::unique_ptr<rg::optim::Optimizer> adamw;  // ddp, fsdp (ZeRO has its own)
+  std::unique_ptr<rg::optim::Optimizer> adamw;  // ddp, fsdp, 4D (ZeRO has its own)
+  // 4D (--tp or --pp above 1): this rank's stage, its pipeline, and per parameter whether
+  // this rank counts it in the gradient norm (once per whole model).
+  std::unique_ptr<Stage> stage;
+  std::unique_ptr<par::Pipeline> pipeline;
+  std::vector<std::pair<rg::Tensor, bool>> counted;
+  const Groups* groups = nullptr;
 
-  Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr) : strategy(s), model(m), comm(c) {
+  Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr, const Groups& g,
+          int64_t micro_batches)
+      : strategy(s), model(m), comm(c) {
     auto make = [lr](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
       return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
     };
+    if (g.tp.size() > 1 || g.pp_size > 1) {
+      RG_CHECK(s == "ddp", "gpt", "expected --strategy ddp with --tp or --pp above 1 (the gradient "
+               "is averaged over the (dp, cp) group after each pipeline step), got ", s);
+      groups = &g;
+      stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp);
+      pipeline = std::make_unique<par::Pipeline>(*stage, g.pp, par::PipelineOptions{.micro_batches = micro_batches});
+      adamw = make(stage->parameters());
+      // Counted once: a slice of a split parameter on every tp rank; a parameter every tp
+      // rank holds whole on tp rank 0; the tied embedding on the first stage only.
+      std::map<std::string, int64_t> whole;
+      for (auto& [name, p] : m.named_parameters()) whole[name] = p.numel();
+      for (auto& [name, p] : stage->named_parameters()) {
+        const bool split = p.numel() != whole.at(name);
+        const bool tied_copy = name == "wte.weight" && !stage->first();
+        counted.emplace_back(p, !tied_copy && (split || g.tp_rank == 0));
+      }
+      return;
+    }
     if (s == "ddp" || s == "zero1") ddp = std::make_unique<par::DistributedDataParallel>(m, c);
     if (s == "ddp") adamw = make(m.parameters());
     if (s == "zero1" || s == "zero2")
@@ -218,7 +348,54 @@ struct Trainer {
   rg::Tensor forward(const rg::Tensor& tokens) {
     return fsdp ? (*fsdp)(tokens) : ddp ? (*ddp)(tokens) : model(tokens);
   }
+  rg::Tensor loss_of(const rg::Tensor& tokens, const rg::Tensor& targets) {
+    rg::Tensor logits = forward(tokens);
+    return rg::nn::cross_entropy(logits.reshape({-1, GPTConfig::vocab}), targets.reshape({-1}));
+  }
+  par::Pipeline::LossFn vocab_parallel_loss() {
+    return [this](const rg::Tensor& logits, const rg::Tensor& targets) {
+      return par::vocab_parallel_cross_entropy(logits, targets, groups->tp);
+    };
+  }
+  // Forward and backward of this rank's part of a batch; its mean loss.
+  double train_step(const rg::Tensor& tokens, const rg::Tensor& targets) {
+    if (!pipeline) {
+      rg::Tensor loss = loss_of(tokens, targets);
+      loss.backward();
+      return loss.item();
+    }
+    const double loss = pipeline->forward_backward(tokens, targets, vocab_parallel_loss());
+    // The tied embedding's two copies (first and last stage): their gradients summed.
+    if (groups->pp_size > 1) {
+      rg::Tensor g = stage->wte ? stage->wte->weight.grad()
+                                : rg::Tensor();
+      rg::Tensor sum = g.defined() ? g : rg::zeros({GPTConfig::vocab / groups->tp.size(), model.wte.embedding_dim});
+      if (stage->wte && !g.defined()) stage->wte->weight.set_grad(sum);
+      groups->pp.all_reduce(sum, par::Reduce::Sum);
+    }
+    for (const rg::Tensor& p : stage->parameters()) {  // the mean over every token of the batch
+      rg::Tensor g = p.grad();
+      if (g.defined()) comm.all_reduce(g, par::Reduce::Avg);
+    }
+    return loss;
+  }
+  double eval_step(const rg::Tensor& tokens, const rg::Tensor& targets) {
+    if (pipeline) return pipeline->evaluate(tokens, targets, vocab_parallel_loss());
+    rg::NoGradGuard no_grad;
+    return loss_of(tokens, targets).item();
+  }
   double clip(double max_norm) {
+    if (pipeline) {  // Σ g² over one whole model: each parameter counted once, then summed
+      rg::NoGradGuard no_grad;
+      std::vector<rg::Tensor> mine;
+      for (auto& [p, count] : counted)
+        if (count) mine.push_back(p);
+      rg::Tensor total = rg::full({1}, rg::optim::grad_norm_squared(mine), {.dtype = rg::kFloat64});
+      groups->pp_tp.all_reduce(total, par::Reduce::Sum);
+      const double norm = std::sqrt(total.item());
+      rg::optim::scale_grads_to_norm(stage->parameters(), norm, max_norm);
+      return norm;
+    }
     if (fsdp) return fsdp->clip_grad_norm_(max_norm);
     if (zero) return zero->clip_grad_norm_(max_norm);
     return rg::optim::clip_grad_norm(model.parameters(), max_norm);
@@ -229,6 +406,7 @@ struct Trainer {
   // The whole model and optimizer state, on rank 0, in the form an unsharded model
   // and a plain AdamW over model.parameters() write (collectives: every rank calls).
   rg::NamedTensors model_state() {
+    RG_CHECK(!pipeline, "gpt", "expected --save without --tp/--pp (not yet: each stage holds part of the model)");
     if (fsdp) return fsdp->full_state_dict(0);
     return comm.rank() == 0 ? model.state_dict() : rg::NamedTensors{};
   }
@@ -240,6 +418,7 @@ struct Trainer {
   // Every rank passes the whole states it read from the files.
   void load(const rg::NamedTensors& model_state, const rg::NamedTensors& optim_state,
             const std::map<std::string, std::string>& meta) {
+    RG_CHECK(!pipeline, "gpt", "expected --resume without --tp/--pp (not yet)");
     if (fsdp) {
       fsdp->load_full_state_dict(model_state);
       fsdp->load_full_optim_state_dict(*adamw, optim_state, meta);
@@ -292,7 +471,8 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one counts
   GPTConfig config;
   std::string data, strategy = "ddp", save_path, resume_path, trace_path, prompt = "The ";
-  int dp = 0, cp = 1;
+  int dp = 0, cp = 1, tp = 1, pp = 1;
+  int64_t micro_batches = 4;
   int64_t steps = 1000, batch = 16, eval_every = 100, eval_batches = 8, sample_length = 300,
           top_k = 20, log_every = 0, stop_at = 0;
   double lr = 3e-3, temperature = 0.8;
@@ -302,6 +482,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "fsdp"}));
   app.add_option("--dp", dp, "data-parallel replicas (default: world size / cp)")->check(CLI::PositiveNumber);
   app.add_option("--cp", cp, "ranks sharing each sequence (context parallelism)")->check(CLI::PositiveNumber);
+  app.add_option("--tp", tp, "ranks sharing each layer's weights (tensor parallelism)")->check(CLI::PositiveNumber);
+  app.add_option("--pp", pp, "pipeline stages (the blocks cut evenly)")->check(CLI::PositiveNumber);
+  app.add_option("--micro-batches", micro_batches, "with --pp: micro-batches per step (dividing --batch-size)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--seq", config.seq, "context length")->check(CLI::PositiveNumber);
   app.add_option("--layers", config.layers, "Transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d-model", config.d_model, "model width")->check(CLI::PositiveNumber);
@@ -329,23 +513,34 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   return par::main_guard(world, [&] {
-    if (dp == 0) dp = world.size() / cp;
-    RG_CHECK(dp * cp == world.size(), "gpt", "expected --dp x --cp = the world size ",
-             world.size(), ", got ", dp, " x ", cp);
+    if (dp == 0) dp = world.size() / (cp * tp * pp);
+    RG_CHECK(dp * pp * cp * tp == world.size(), "gpt", "expected --dp x --pp x --cp x --tp = the world size ",
+             world.size(), ", got ", dp, " x ", pp, " x ", cp, " x ", tp);
+    RG_CHECK(pp <= config.layers && config.layers % pp == 0, "gpt", "expected --pp to divide --layers ",
+             config.layers, ", got ", pp);
+    RG_CHECK(config.heads % tp == 0 && GPTConfig::vocab % tp == 0, "gpt",
+             "expected --tp to divide --heads ", config.heads, " and the vocabulary 256, got ", tp);
+    RG_CHECK(pp == 1 || batch % micro_batches == 0, "gpt", "expected --micro-batches to divide --batch-size ",
+             batch, ", got ", micro_batches);
     RG_CHECK(config.d_model % config.heads == 0, "gpt", "expected --heads to divide --d-model ",
              config.d_model, ", got ", config.heads);
     RG_CHECK(cp == 1 || config.seq % (2 * cp) == 0, "gpt", "expected --seq divisible by 2 x --cp = ",
              2 * cp, " (the zigzag cut), got ", config.seq);
     RG_CHECK(!prompt.empty(), "gpt", "expected a non-empty --prompt");
-    par::DeviceMesh mesh(world.communicator(), {{"dp", dp}, {"cp", cp}});
-    par::Communicator& everyone = mesh.group({"dp", "cp"});
+    RG_CHECK((tp == 1 && pp == 1) || (save_path.empty() && resume_path.empty()), "gpt",
+             "expected no --save or --resume with --tp or --pp above 1 (not yet)");
+    // The mesh, tp varying fastest (its ranks talk most: on a GPU host, the same node).
+    par::DeviceMesh mesh(world.communicator(), {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
+    par::Communicator& everyone = mesh.group({"dp", "cp"});  // the gradient's average
     const int replica = mesh.rank("dp");
+    const Groups groups{everyone, mesh.group("pp"), mesh.group("tp"), mesh.group({"pp", "tp"}),
+                        mesh.rank("pp"), mesh.rank("tp"), pp};
 
     const Text text = load_text(data, config.seq);
     const double unigram = unigram_loss(text.val);
     rg::manual_seed(seed);  // the same initial model on every rank
     GPT model(config);
-    Trainer trainer(strategy, model, everyone, lr);
+    Trainer trainer(strategy, model, everyone, lr, groups, pp > 1 ? micro_batches : 1);
     rg::optim::WarmupCosine schedule(trainer.optimizer(),
                                      {.warmup_steps = std::max<int64_t>(1, steps / 20),
                                       .total_steps = steps, .min_factor = 0.1});
@@ -361,11 +556,11 @@ int main(int argc, char** argv) {
     if (world.is_main())
       std::printf(
           "gpt: %lld parameters (%lld layers, d_model %lld, %lld heads, context %lld); world %d = "
-          "dp %d x cp %d, strategy %s, %lld sequences per step (%lld per replica)\n"
+          "dp %d x pp %d x cp %d x tp %d, strategy %s, %lld sequences per step (%lld per replica)\n"
           "data: %zu train / %zu validation bytes, unigram loss %.4f nats/char%s\n",
           static_cast<long long>(model.num_parameters()), static_cast<long long>(config.layers),
           static_cast<long long>(config.d_model), static_cast<long long>(config.heads),
-          static_cast<long long>(config.seq), world.size(), dp, cp, strategy.c_str(),
+          static_cast<long long>(config.seq), world.size(), dp, pp, cp, tp, strategy.c_str(),
           static_cast<long long>(batch * dp), static_cast<long long>(batch), text.train.size(),
           text.val.size(), unigram,
           start_step > 0 ? (", resumed at step " + std::to_string(start_step)).c_str() : "");
@@ -380,10 +575,6 @@ int main(int argc, char** argv) {
       auto guard = par::context_parallel(mesh.group("cp"), {&tokens, &targets, &model.positions},
                                          /*seq_dims=*/{1}, {.causal = true});
       return body(tokens, targets);
-    };
-    auto loss_of = [&](const rg::Tensor& tokens, const rg::Tensor& targets) {
-      rg::Tensor logits = trainer.forward(tokens);
-      return rg::nn::cross_entropy(logits.reshape({-1, GPTConfig::vocab}), targets.reshape({-1}));
     };
     // The mean loss over every rank's tokens (all shards are equal-sized).
     auto mean_over_ranks = [&](double local) {
@@ -402,7 +593,7 @@ int main(int argc, char** argv) {
         for (size_t r = 0; r < rows; ++r) starts.push_back((static_cast<size_t>(b) * rows + r) * span / n);
         auto [x, y] = windows(text.val, starts, config.seq);
         sum += on_my_part(x, y, [&](const rg::Tensor& xs, const rg::Tensor& ys) {
-          return loss_of(xs, ys).item();
+          return trainer.eval_step(xs, ys);
         });
       }
       return mean_over_ranks(sum / double(eval_batches));
@@ -424,9 +615,7 @@ int main(int argc, char** argv) {
 
       trainer.zero_grad();
       const double local = on_my_part(x, y, [&](const rg::Tensor& xs, const rg::Tensor& ys) {
-        rg::Tensor loss = loss_of(xs, ys);
-        loss.backward();
-        return loss.item();
+        return trainer.train_step(xs, ys);
       });
       trainer.clip(1.0);
       trainer.step();
@@ -457,9 +646,17 @@ int main(int argc, char** argv) {
     const double val = validation_loss();
 
     // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy.
+    // (With --tp or --pp: the model gathered from the tp slices when there is one stage.)
     std::map<std::string, std::string> optim_meta;
-    rg::NamedTensors optim_state = trainer.optimizer_state(&optim_meta);
-    rg::NamedTensors model_state = trainer.model_state();
+    rg::NamedTensors optim_state, model_state;
+    if (!trainer.pipeline) {
+      optim_state = trainer.optimizer_state(&optim_meta);
+      model_state = trainer.model_state();
+    } else if (pp == 1) {
+      model_state = par::tp_full_state_dict(*trainer.stage);
+    } else if (world.is_main() && sample_length > 0) {
+      std::printf("sample: skipped with --pp above 1 (each stage holds part of the model)\n");
+    }
     if (!save_path.empty() && world.is_main()) {
       rg::save_safetensors(model_state, save_path, {{"format", "ringgrad"}, {"example", "gpt"}});
       rg::save_safetensors(optim_state, save_path + ".optim", optim_meta);
@@ -467,16 +664,16 @@ int main(int argc, char** argv) {
                   static_cast<long long>(end));
     }
     // A sample, on rank 0, from the whole model (sharded strategies: gathered above).
-    if (world.is_main() && sample_length > 0) {
+    if (world.is_main() && sample_length > 0 && !model_state.empty()) {
       GPT whole(config);
       whole.load_state_dict(model_state);
       std::printf("sample (temperature %.2f, top-k %lld):\n%s\n", temperature, static_cast<long long>(top_k),
                   generate(whole, prompt, sample_length, temperature, top_k, config.seq, seed).c_str());
     }
     if (world.is_main())
-      std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d val_loss=%.4f unigram_loss=%.4f "
-                  "tokens_per_s=%.0f\n",
-                  world.size(), strategy.c_str(), dp, cp, val, unigram,
+      std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d tp=%d pp=%d val_loss=%.4f "
+                  "unigram_loss=%.4f tokens_per_s=%.0f\n",
+                  world.size(), strategy.c_str(), dp, cp, tp, pp, val, unigram,
                   seconds > 0 ? double(timed_tokens) / seconds : 0.0);
     return 0;
   });

@@ -92,6 +92,23 @@ double Pipeline::forward_backward(const Tensor& input, const Tensor& target, con
   return result.item();
 }
 
+double Pipeline::evaluate(const Tensor& input, const Tensor& target, const LossFn& loss) {
+  NoGradGuard no_grad;
+  const int64_t m = options_.micro_batches;
+  double total = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    MicroBatch mb;
+    mb.index = i;
+    forward(mb, input, target, loss);
+    if (mb.loss.defined()) total += mb.loss.item();
+  }
+  for (WorkHandle& w : sends_) w->wait();
+  sends_.clear();
+  Tensor result = full({1}, total, {.dtype = kFloat64});
+  pp_.broadcast(result, pp_.size() - 1);
+  return result.item();
+}
+
 void Pipeline::forward(MicroBatch& mb, const Tensor& input, const Tensor& target,
                        const LossFn& loss) {
   trace::Span span(trace::enabled() ? "F" + std::to_string(mb.index) : std::string(), "pipeline");

@@ -57,6 +57,9 @@ class Pipeline {
   // every rank (the mean of the micro-batches', sent from the last stage).
   double forward_backward(const Tensor& input, const Tensor& target, const LossFn& loss);
 
+  // Forward only (evaluation: no graph, no backward): the batch's loss on every rank.
+  double evaluate(const Tensor& input, const Tensor& target, const LossFn& loss);
+
   bool is_first() const { return pp_.rank() == 0; }
   bool is_last() const { return pp_.rank() == pp_.size() - 1; }
   // The last step: seconds in all, and seconds this rank waited for a neighbour.

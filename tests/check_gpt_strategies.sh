@@ -3,8 +3,9 @@
 #
 #   tests/check_gpt_strategies.sh RGRUN GPT [ARGS...]
 #
-# At world 2 a small GPT trains 20 steps under ddp, zero1, zero2, fsdp, and fsdp with
-# context parallelism (--dp 1 --cp 2, one replica of twice the sequences); each prints its training loss at step 20 and
+# At world 2 a small GPT trains 20 steps under ddp, zero1, zero2, fsdp, fsdp with context
+# parallelism (--dp 1 --cp 2, one replica of twice the sequences), ddp with tensor
+# parallelism (--tp 2), and at world 4 ddp with pipeline x tensor parallelism; each prints its training loss at step 20 and
 # its validation loss (the train loss is the mean over steps 11-20). All are the same computation up to the order of float32 sums,
 # so every loss must agree with DDP's within 1e-4 (relative). Then a checkpoint
 # moves between strategies: fsdp trains 10 steps and saves, zero2 resumes to step 20,
@@ -19,10 +20,12 @@ small=(--steps 20 --layers 2 --d-model 64 --heads 4 --seq 64 --batch-size 4 --ev
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-# "train val" losses of one run, from its "step 20 train loss" and RESULT lines.
+# "train val" losses of one run, from its "step 20 train loss" and RESULT lines
+# (world 2, or the world given first as -n N).
 losses() {
-  local out
-  out=$("$rgrun" -n 2 "$gpt" "${small[@]}" "$@" 2>&1) || { echo "$out" >&2; echo "FAILED: $*" >&2; return 1; }
+  local n=2 out
+  if [ "$1" = "-n" ]; then n=$2; shift 2; fi
+  out=$("$rgrun" -n "$n" "$gpt" "${small[@]}" "$@" 2>&1) || { echo "$out" >&2; echo "FAILED: $*" >&2; return 1; }
   local train val
   train=$(echo "$out" | sed -nE 's/^step +20  train loss ([0-9.]+)$/\1/p' | tail -1)
   val=$(echo "$out" | sed -nE 's/^RESULT example=gpt .* val_loss=([0-9.]+) .*/\1/p' | tail -1)
@@ -47,6 +50,11 @@ for s in zero1 zero2 fsdp; do
 done
 # One replica of 8 sequences, each shared by 2 ranks: the same 8 windows per step.
 close "fsdp, dp 1 x cp 2" "$reference" "$(losses --strategy fsdp --dp 1 --cp 2 --batch-size 8)" || status=1
+# Tensor parallelism (heads, MLP, vocabulary split over 2 ranks), then tensor x pipeline
+# parallelism on 4 ranks (2 stages, 4 micro-batches): one replica of the same 8 sequences.
+close "ddp, tp 2" "$reference" "$(losses --dp 1 --tp 2 --batch-size 8)" || status=1
+close "ddp, pp 2 x tp 2 (world 4)" "$reference" \
+  "$(losses -n 4 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4)" || status=1
 "$rgrun" -n 2 "$gpt" "${small[@]}" --strategy fsdp --save "$dir/ckpt" --stop-at 10 \
   > "$dir/save.log" 2>&1 || { cat "$dir/save.log" >&2; echo "FAILED: fsdp --save" >&2; exit 1; }
 close "fsdp 10 steps, zero2 resumes" "$reference" "$(losses --strategy zero2 --resume "$dir/ckpt")" || status=1
