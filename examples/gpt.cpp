@@ -215,22 +215,6 @@ class ParallelBlock : public rg::nn::Module {
   par::RowParallelLinear proj;
 };
 
-// Children named by their global index, so that names match the GPT's ("blocks.3.fc.weight").
-class IndexedBlocks : public rg::nn::Module {
- public:
-  void add(int64_t index, std::shared_ptr<rg::nn::Module> block) {
-    list_.push_back(register_module(std::to_string(index), std::move(block)));
-  }
-  rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor h = x;
-    for (auto& b : list_) h = (*b)(h);
-    return h;
-  }
-
- private:
-  std::vector<std::shared_ptr<rg::nn::Module>> list_;
-};
-
 // Pipeline stage s of p over a tp group, built from the whole GPT: blocks
 // [s·L/p, (s+1)·L/p); the embeddings (vocabulary split over tp) on the first stage; the
 // final norm and the LM head on the last, which reads this rank's vocabulary rows of the
@@ -248,11 +232,12 @@ class Stage : public rg::nn::Module {
       wpe->load_state_dict(gpt.wpe.state_dict());
       register_module("wpe", *wpe);
     }
-    auto blocks = register_module("blocks", std::make_shared<IndexedBlocks>());
+    // Blocks named by their index in the whole model, so that names match the GPT's.
+    blocks_ = register_module("blocks", std::make_shared<rg::nn::Sequential>());
     const int64_t layers = static_cast<int64_t>(gpt.blocks->size());
     for (int64_t b = s * layers / p; b < (s + 1) * layers / p; ++b)
-      blocks->add(b, std::make_shared<ParallelBlock>(static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
-    blocks_ = blocks;
+      blocks_->add(std::to_string(b), std::make_shared<ParallelBlock>(
+                                          static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
     if (last_) {
       ln_f = std::make_unique<rg::nn::LayerNorm>(gpt.ln_f.weight.size(0));
       ln_f->load_state_dict(gpt.ln_f.state_dict());
@@ -277,7 +262,7 @@ class Stage : public rg::nn::Module {
   bool first_, last_;
   GPT& gpt_;  // its positions (context_parallel shards them)
   par::Communicator& tp_;
-  std::shared_ptr<IndexedBlocks> blocks_;
+  std::shared_ptr<rg::nn::Sequential> blocks_;
 };
 
 // The groups of a (dp, pp, cp, tp) mesh that training needs.

@@ -61,7 +61,11 @@ Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> layers) {
 }
 
 Sequential& Sequential::add(std::shared_ptr<Module> layer) {
-  register_module(std::to_string(layers_.size()), layer);
+  return add(std::to_string(layers_.size()), std::move(layer));
+}
+
+Sequential& Sequential::add(std::string name, std::shared_ptr<Module> layer) {
+  register_module(std::move(name), layer);
   layers_.push_back(std::move(layer));
   return *this;
 }

@@ -65,6 +65,9 @@ class Sequential : public Module {
   Sequential() = default;
   Sequential(std::initializer_list<std::shared_ptr<Module>> layers);
   Sequential& add(std::shared_ptr<Module> layer);  // named "0", "1", …
+  // A name of the caller's (torch's Sequential(OrderedDict)): e.g. a pipeline stage holding
+  // blocks 4-7 of a model names them "4"…"7", so its parameters keep the model's names.
+  Sequential& add(std::string name, std::shared_ptr<Module> layer);
   Tensor forward(const Tensor& x) override;
   size_t size() const { return layers_.size(); }
   Module& operator[](size_t i) { return *layers_.at(i); }

@@ -66,29 +66,16 @@ struct PlainBlock : rg::nn::Module {
   }
 };
 
-// Children named by their global index ("blocks.1" on every stage that holds block 1).
-struct Blocks : rg::nn::Module {
-  std::vector<std::shared_ptr<rg::nn::Module>> list;
-  void add(int64_t index, std::shared_ptr<rg::nn::Module> block) {
-    list.push_back(register_module(std::to_string(index), std::move(block)));
-  }
-  rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor h = x;
-    for (auto& b : list) h = (*b)(h);
-    return h;
-  }
-};
-
 struct PlainGPT : rg::nn::Module {
   rg::nn::Embedding wte{kVocab, kModel}, wpe{kSeq, kModel};
-  std::shared_ptr<Blocks> blocks = std::make_shared<Blocks>();
+  std::shared_ptr<rg::nn::Sequential> blocks = std::make_shared<rg::nn::Sequential>();
   rg::nn::LayerNorm ln_f{kModel};
   rg::nn::Linear head{kModel, kVocab, /*bias=*/false};
   PlainGPT() {
     register_module("wte", wte);
     register_module("wpe", wpe);
     register_module("blocks", blocks);
-    for (int64_t b = 0; b < kBlocks; ++b) blocks->add(b, std::make_shared<PlainBlock>());
+    for (int64_t b = 0; b < kBlocks; ++b) blocks->add(std::make_shared<PlainBlock>());
     register_module("ln_f", ln_f);
     register_module("head", head);
     to(rg::kFloat64);
@@ -129,7 +116,7 @@ struct Stage : rg::nn::Module {
   bool first, last;
   std::unique_ptr<par::VocabParallelEmbedding> wte;
   std::unique_ptr<rg::nn::Embedding> wpe;
-  std::shared_ptr<Blocks> blocks = std::make_shared<Blocks>();
+  std::shared_ptr<rg::nn::Sequential> blocks = std::make_shared<rg::nn::Sequential>();  // global names
   std::unique_ptr<rg::nn::LayerNorm> ln_f;
   std::unique_ptr<par::ColumnParallelLinear> head;
   rg::Tensor positions = rg::arange(kSeq, {.dtype = rg::kInt64}).unsqueeze(0);  // cp shards it
@@ -145,8 +132,8 @@ struct Stage : rg::nn::Module {
     }
     register_module("blocks", blocks);
     for (int64_t b = s * kBlocks / p; b < (s + 1) * kBlocks / p; ++b)
-      blocks->add(b, std::make_shared<ParallelBlock>(
-                         static_cast<PlainBlock&>(*plain.blocks->list[static_cast<size_t>(b)]), tp));
+      blocks->add(std::to_string(b), std::make_shared<ParallelBlock>(
+                                         static_cast<PlainBlock&>((*plain.blocks)[static_cast<size_t>(b)]), tp));
     if (last) {
       ln_f = std::make_unique<rg::nn::LayerNorm>(kModel);
       ln_f->to(rg::kFloat64);
