@@ -1,9 +1,11 @@
 // gpt.cpp — a character-level GPT, trained with any of ringgrad's data-parallel
-// strategies, on its own or composed with context parallelism: all of parallel/ in one model.
+// strategies, composed with context, tensor and pipeline parallelism: all of parallel/
+// in one model.
 //
 //   scripts/rgrun -n 2 build/bin/gpt                            DDP on the fortunes text
 //   scripts/rgrun -n 2 build/bin/gpt --strategy fsdp            the same, fully sharded
 //   scripts/rgrun -n 4 build/bin/gpt --dp 2 --cp 2 --strategy zero2
+//   scripts/rgrun -n 8 build/bin/gpt --dp 2 --pp 2 --tp 2      all four dimensions
 //   build/bin/gpt --data book.txt --steps 3000 --save gpt.safetensors
 //
 // The model (GPT-2's shape, small): bytes as tokens (a vocabulary of 256, so any text
@@ -21,6 +23,13 @@
 //   zero2  ZeroRedundancyOptimizer stage 2: gradients reduced to their owners too
 //   fsdp   FullyShardedDataParallel, one unit per block: parameters sharded as well
 // All four compute the same training run, up to the order of floating-point sums.
+// --tp and --pp add the mesh's other two axes (dp, pp, cp, tp; tp varying fastest):
+// each pipeline stage (Stage below) holds a contiguous run of blocks, built from the
+// whole GPT with its heads, MLP and vocabulary split over the tp ranks (Megatron's
+// layout); 1F1B over --micro-batches moves activations between stages. Then the
+// strategy is ddp: the gradient is all-reduced over (dp, cp) after each pipeline step.
+// It is still the same training run (the ctest of every strategy and layout compares
+// the losses at step 20).
 //
 // Data: --data FILE, or by default the fortune files of Debian's `fortunes` package
 // (scripts/setup installs it), concatenated: the first 90% trains, the last 10% is
