@@ -1,6 +1,7 @@
 // optimizer.cpp — parameter groups, state, SGD, Adam/AdamW, gradient clipping.
 #include "ringgrad/optim/optimizer.h"
 
+#include <charconv>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
@@ -85,45 +86,76 @@ NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata)
   return out;
 }
 
+namespace {
+
+// A checkpoint's number, strictly: the whole text one finite number in [0, max] (and
+// whole, when `whole`), or an error naming the key and the text. Never an exception of
+// std:: nor undefined behaviour on any input.
+double metadata_number(const std::map<std::string, std::string>& metadata, const std::string& key,
+                       bool whole, double max) {
+  auto it = metadata.find(key);
+  RG_CHECK(it != metadata.end(), "load_state_dict", "expected optimizer metadata \"", key,
+           "\", got a checkpoint without it");
+  const std::string& text = it->second;
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const bool ok = error == std::errc() && end == text.data() + text.size() && std::isfinite(value) &&
+                  value >= 0 && value <= max && (!whole || value == std::floor(value));
+  RG_CHECK(ok, "load_state_dict", "expected optimizer metadata \"", key, "\" to be ",
+           whole ? "a whole number" : "a finite number", " in [0, ", max, "], got \"", text, "\"");
+  return value;
+}
+
+constexpr double kMaxCount = 9007199254740992.0;  // 2^53: every whole number below is exact
+
+}  // namespace
+
+// Everything is read and checked before anything changes: a bad checkpoint leaves the
+// optimizer as it was.
 void Optimizer::load_state_dict(const NamedTensors& state,
                                 const std::map<std::string, std::string>& metadata) {
-  auto get = [&](const std::string& key) {
-    auto it = metadata.find(key);
-    RG_CHECK(it != metadata.end(), "load_state_dict", "expected optimizer metadata \"", key,
-             "\", got a checkpoint without it");
-    return it->second;
-  };
-  RG_CHECK(get("optimizer") == name(), "load_state_dict", "expected a ", name(),
-           " checkpoint, got one of ", get("optimizer"));
-  for (size_t g = 0; g < groups_.size(); ++g) {
+  auto it = metadata.find("optimizer");
+  RG_CHECK(it != metadata.end(), "load_state_dict",
+           "expected optimizer metadata \"optimizer\", got a checkpoint without it");
+  RG_CHECK(it->second == name(), "load_state_dict", "expected a ", name(),
+           " checkpoint, got one of ", it->second);
+  std::vector<ParamGroup> groups = groups_;
+  for (size_t g = 0; g < groups.size(); ++g) {
     std::string prefix = "group." + std::to_string(g) + ".";
-    RG_CHECK(std::stoul(get(prefix + "size")) == groups_[g].params.size(), "load_state_dict",
-             "expected group ", g, " with ", groups_[g].params.size(), " parameters, got ",
-             get(prefix + "size"));
-    groups_[g].lr = std::stod(get(prefix + "lr"));
-    groups_[g].initial_lr = std::stod(get(prefix + "initial_lr"));
-    groups_[g].weight_decay = std::stod(get(prefix + "weight_decay"));
+    const double size = metadata_number(metadata, prefix + "size", true, kMaxCount);
+    RG_CHECK(size == double(groups[g].params.size()), "load_state_dict", "expected group ", g,
+             " with ", groups[g].params.size(), " parameters, got ", metadata.at(prefix + "size"));
+    groups[g].lr = metadata_number(metadata, prefix + "lr", false, 1e300);
+    groups[g].initial_lr = metadata_number(metadata, prefix + "initial_lr", false, 1e300);
+    groups[g].weight_decay = metadata_number(metadata, prefix + "weight_decay", false, 1e300);
   }
-  steps_ = std::stoll(get("steps"));
-  state_.clear();
+  const auto steps = static_cast<int64_t>(metadata_number(metadata, "steps", true, kMaxCount));
+  std::map<std::pair<size_t, size_t>, std::map<std::string, Tensor>> loaded;
   for (auto& [key, t] : state) {
     std::optional<StateKey> parsed = parse_state_key(key);
     RG_CHECK(parsed.has_value(), "load_state_dict", "expected keys state.<group>.<index>.<name>, got ", key);
     const size_t g = parsed->group, i = parsed->index;
-    RG_CHECK(g < groups_.size() && i < groups_[g].params.size(), "load_state_dict",
+    RG_CHECK(g < groups.size() && i < groups[g].params.size(), "load_state_dict",
              "expected state for an existing parameter, got ", key);
-    const Tensor& p = groups_[g].params[i];
+    const Tensor& p = groups[g].params[i];
     const std::string& buffer = parsed->name;
     if (buffer == "step") {  // a per-parameter counter: a float64 scalar kept on the CPU
       RG_CHECK(t.numel() == 1, "load_state_dict", "expected ", key, " to be a scalar, got shape ",
                shape_str(t.shape()));
-      state_[{g, i}][buffer] = t.to(kCPU).to(kFloat64).reshape({}).clone();
+      Tensor count = t.to(kCPU).to(kFloat64).reshape({}).clone();
+      const double v = count.item();
+      RG_CHECK(std::isfinite(v) && v >= 0 && v <= kMaxCount && v == std::floor(v), "load_state_dict",
+               "expected ", key, " to be a whole number in [0, 2^53], got ", v);
+      loaded[{g, i}][buffer] = count;
       continue;
     }
     RG_CHECK(t.shape() == p.shape(), "load_state_dict", "expected ", key, " of shape ",
              shape_str(p.shape()), ", got ", shape_str(t.shape()));
-    state_[{g, i}][buffer] = t.to(p.device()).to(p.dtype()).contiguous().clone();
+    loaded[{g, i}][buffer] = t.to(p.device()).to(p.dtype()).contiguous().clone();
   }
+  groups_ = std::move(groups);
+  steps_ = steps;
+  state_ = std::move(loaded);
 }
 
 // ---------------------------------------------------------------- SGD
@@ -255,7 +287,11 @@ void save(const Optimizer& optimizer, const std::string& path) {
 void load(Optimizer& optimizer, const std::string& path) {
   std::map<std::string, std::string> metadata;
   NamedTensors state = load_safetensors(path, &metadata);
-  optimizer.load_state_dict(state, metadata);
+  try {
+    optimizer.load_state_dict(state, metadata);
+  } catch (const Error& e) {
+    fail("optim::load", "'", path, "': ", e.what());  // which file, then what is wrong in it
+  }
 }
 
 std::vector<std::pair<std::vector<Tensor>, GroupOptions>> weight_decay_groups(

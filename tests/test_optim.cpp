@@ -371,6 +371,56 @@ TEST_CASE("optim: loading a checkpoint of another optimizer or group size is an 
   CHECK_CONTAINS(error_of([&] { adam.load_state_dict(state, {}); }), "metadata");
 }
 
+TEST_CASE("optim: a damaged checkpoint is a clear error, and the optimizer stays as it was") {
+  rg::Tensor p1 = leaf_of(kInit1, {3}), p2 = leaf_of(kInit2, {2});
+  optim::AdamW adamw({p1, p2}, {.lr = 0.1});
+  set_quad_grad(p1);
+  set_quad_grad(p2);
+  adamw.step();
+  std::map<std::string, std::string> meta;
+  const rg::NamedTensors state = adamw.state_dict(&meta);
+  // Each damage: its key and value named, no std:: exception, nothing changed.
+  auto damaged = [&](const std::string& key, const std::string& value) {
+    std::map<std::string, std::string> bad = meta;
+    bad[key] = value;
+    return error_of([&] { adamw.load_state_dict(state, bad); });
+  };
+  CHECK_CONTAINS(damaged("steps", "abc"), "expected optimizer metadata \"steps\" to be a whole number");
+  CHECK_CONTAINS(damaged("steps", "abc"), "got \"abc\"");
+  CHECK_CONTAINS(damaged("steps", "nan"), "got \"nan\"");
+  CHECK_CONTAINS(damaged("steps", "1e300"), "got \"1e300\"");
+  CHECK_CONTAINS(damaged("steps", "-1"), "got \"-1\"");
+  CHECK_CONTAINS(damaged("steps", "3.5"), "got \"3.5\"");
+  CHECK_CONTAINS(damaged("group.0.lr", "fast"), "\"group.0.lr\" to be a finite number");
+  CHECK_CONTAINS(damaged("group.0.weight_decay", "inf"), "\"group.0.weight_decay\"");
+  CHECK_CONTAINS(damaged("group.0.size", "12345678901234567890123"), "\"group.0.size\"");
+  CHECK_CONTAINS(damaged("group.0.size", "2x"), "got \"2x\"");
+  CHECK(adamw.steps() == 1);
+  CHECK(adamw.param_groups()[0].lr == 0.1);
+
+  rg::NamedTensors bad_key = state;
+  bad_key.emplace_back("state.x.0.exp_avg", rg::zeros({3}));
+  CHECK_CONTAINS(error_of([&] { adamw.load_state_dict(bad_key, meta); }),
+                 "expected keys state.<group>.<index>.<name>, got state.x.0.exp_avg");
+  for (double step : {std::nan(""), 1e300, -2.0, 0.5}) {
+    rg::NamedTensors bad_step = state;
+    for (auto& [key, t] : bad_step)
+      if (key.ends_with(".step")) t = rg::full({}, step, {.dtype = rg::kFloat64});
+    CHECK_CONTAINS(error_of([&] { adamw.load_state_dict(bad_step, meta); }),
+                   "to be a whole number in [0, 2^53]");
+  }
+  CHECK(adamw.steps() == 1);
+
+  // From a file: the file is named, then what is wrong in it.
+  TempDir dir;
+  std::map<std::string, std::string> bad = meta;
+  bad["steps"] = "abc";
+  rg::save_safetensors(state, dir.file("bad.safetensors"), bad);
+  const std::string msg = error_of([&] { optim::load(adamw, dir.file("bad.safetensors")); });
+  CHECK_CONTAINS(msg, "bad.safetensors");
+  CHECK_CONTAINS(msg, "\"steps\"");
+}
+
 // ---------------------------------------------------------------- schedules
 
 TEST_CASE("optim: StepLR multiplies by gamma every step_size steps") {
