@@ -88,6 +88,8 @@ NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata)
 
 namespace {
 
+constexpr double kMaxCount = 9007199254740992.0;  // 2^53: every whole number below is exact
+
 // A checkpoint's number, strictly: the whole text one finite number in [0, max] (and
 // whole, when `whole`), or an error naming the key and the text. Never an exception of
 // std:: nor undefined behaviour on any input.
@@ -102,11 +104,10 @@ double metadata_number(const std::map<std::string, std::string>& metadata, const
   const bool ok = error == std::errc() && end == text.data() + text.size() && std::isfinite(value) &&
                   value >= 0 && value <= max && (!whole || value == std::floor(value));
   RG_CHECK(ok, "load_state_dict", "expected optimizer metadata \"", key, "\" to be ",
-           whole ? "a whole number" : "a finite number", " in [0, ", max, "], got \"", text, "\"");
+           whole ? "a whole number" : "a finite number", " in [0, ",
+           max == kMaxCount ? "2^53" : "1e300", "], got \"", text, "\"");
   return value;
 }
-
-constexpr double kMaxCount = 9007199254740992.0;  // 2^53: every whole number below is exact
 
 }  // namespace
 
