@@ -367,10 +367,7 @@ struct Trainer {
       if (stage->wte && !g.defined()) stage->wte->weight.set_grad(sum);
       groups->pp.all_reduce(sum, par::Reduce::Sum);
     }
-    for (const rg::Tensor& p : stage->parameters()) {  // the mean over every token of the batch
-      rg::Tensor g = p.grad();
-      if (g.defined()) comm.all_reduce(g, par::Reduce::Avg);
-    }
+    par::all_reduce_grads(stage->parameters(), comm, par::Reduce::Avg);  // the mean over every token
     return loss;
   }
   double eval_step(const rg::Tensor& tokens, const rg::Tensor& targets) {

@@ -247,4 +247,12 @@ void broadcast_tensors(Communicator& comm, const std::vector<Tensor>& tensors, i
   }
 }
 
+void all_reduce_grads(const std::vector<Tensor>& params, Communicator& comm, Reduce op) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (g.defined()) comm.all_reduce(g, op);
+  }
+}
+
 }  // namespace ringgrad::parallel

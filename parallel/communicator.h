@@ -153,6 +153,10 @@ double comm_timeout_seconds();
 // Every tensor made equal to root's, one broadcast each, in order (a collective):
 // how DDP, ZeRO-2 and FSDP start every replica from the same parameters and buffers.
 void broadcast_tensors(Communicator& comm, const std::vector<Tensor>& tensors, int root = 0);
+// Every parameter's .grad (those that have one) reduced over comm in place, one
+// all-reduce each, in order (a collective): Avg averages data-parallel replicas' gradients,
+// Sum adds partial gradients (sequence-parallel LayerNorms).
+void all_reduce_grads(const std::vector<Tensor>& params, Communicator& comm, Reduce op = Reduce::Sum);
 
 // A world of one: every collective leaves its tensor as it is.
 std::unique_ptr<Communicator> make_single_communicator();

@@ -144,14 +144,6 @@ Tensor reduce_scatter_to_sequence_region(const Tensor& x, Communicator& tp, int6
   return out;
 }
 
-void all_reduce_grads(const std::vector<Tensor>& params, Communicator& tp) {
-  NoGradGuard no_grad;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (g.defined()) tp.all_reduce(g, Reduce::Sum);
-  }
-}
-
 // ---------------------------------------------------------------- column parallel
 
 ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& whole, Communicator& tp,

@@ -62,8 +62,8 @@ Tensor gather_from_sequence_region(const Tensor& x, Communicator& tp, int64_t se
 // After a row-parallel layer.
 Tensor reduce_scatter_to_sequence_region(const Tensor& x, Communicator& tp, int64_t seq_dim = 1);
 // Parameters every rank holds whole but applies to its own positions only (LayerNorm, a
-// row layer's bias under sequence parallelism) get partial gradients: sum them.
-void all_reduce_grads(const std::vector<Tensor>& params, Communicator& tp);
+// row layer's bias under sequence parallelism) get partial gradients: sum them with
+// all_reduce_grads(params, tp) (communicator.h).
 
 // A layer whose parameters are slices of a plain layer's: how to cut a whole parameter
 // and how to put one together again (a collective).

@@ -216,10 +216,7 @@ void run(int dp, int pp, int cp, int tp, const std::vector<double>& want_losses,
                                           /*seq_dims=*/{1}, {.causal = true});
       loss = pipe.forward_backward(tokens, targets, loss_fn);
     }
-    for (const rg::Tensor& p : stage.parameters()) {  // the mean over every token of the batch
-      rg::Tensor g = p.grad();
-      if (g.defined()) data_group.all_reduce(g, par::Reduce::Avg);
-    }
+    par::all_reduce_grads(stage.parameters(), data_group, par::Reduce::Avg);  // the mean over every token
     opt.step();
     rg::Tensor l = rg::full({1}, loss, {.dtype = rg::kFloat64});
     data_group.all_reduce(l, par::Reduce::Avg);
