@@ -35,7 +35,7 @@
 // (scripts/setup installs it), concatenated: the first 90% trains, the last 10% is
 // for validation. Every eval interval prints the train and validation loss; the end
 // prints a sample from --prompt, then
-//   RESULT example=gpt world=N strategy=S val_loss=… unigram_loss=… tokens_per_s=…
+//   RESULT example=gpt world=N strategy=S dp=… cp=… tp=… pp=… val_loss=… unigram_loss=… tokens_per_s=…
 // where unigram_loss is the entropy (nats/char) of the validation text's byte
 // frequencies: the loss of a model that learned nothing but how often each byte occurs.
 //
