@@ -25,5 +25,6 @@
 #include "ringgrad/nn/layers.h"
 #include "ringgrad/nn/module.h"
 #include "ringgrad/nn/transformer.h"
+#include "ringgrad/optim/checkpoint.h"
 #include "ringgrad/optim/optimizer.h"
 #include "ringgrad/optim/schedule.h"

@@ -66,6 +66,14 @@ DataLoader::Iterator DataLoader::begin() const {
   return it;
 }
 
+DataLoader::Range DataLoader::starting_at(int64_t first) const {
+  RG_CHECK(first >= 0 && first <= size(), "DataLoader::starting_at",
+           "expected a batch in [0, ", size(), "] (batches per epoch), got ", first);
+  Range range{begin(), end()};
+  range.first.batch_ = first;
+  return range;
+}
+
 DataLoader::Iterator DataLoader::end() const {
   Iterator it;
   it.loader_ = this;

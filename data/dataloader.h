@@ -52,6 +52,12 @@ class DataLoader {
   Iterator end() const;
   int64_t size() const;  // batches per epoch
 
+  // This epoch from batch `first` on (the same order as begin()'s, its first `first`
+  // batches skipped without being assembled): how a resumed run continues mid-epoch.
+  //   for (auto& [x, y] : loader.starting_at(progress.batch)) …
+  struct Range;
+  Range starting_at(int64_t first) const;
+
   void set_epoch(int64_t epoch) { sampler_->set_epoch(epoch); }
   const Dataset& dataset() const { return *dataset_; }
   const DataLoaderOptions& options() const { return options_; }
@@ -86,6 +92,12 @@ class DataLoader::Iterator {
   int64_t batch_ = 0;                                  // position: which batch of the epoch
   mutable Batch current_;
   mutable bool loaded_ = false;
+};
+
+struct DataLoader::Range {
+  Iterator first, last;
+  Iterator begin() const { return first; }
+  Iterator end() const { return last; }
 };
 
 }  // namespace ringgrad::data

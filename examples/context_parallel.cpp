@@ -34,6 +34,8 @@
 #include <cstdio>
 #include <string>
 
+#include "parse_on_every_rank.h"
+
 namespace rg = ringgrad;
 
 int main(int argc, char** argv) {
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace_path, "write a Chrome trace of the second step to FILE.json");
   app.add_option("--check-up-to", check_up_to,
                  "compare with a single-process run when seq is at most this (0: never)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return rg::parallel::main_guard(world, [&] {
     // The mesh: dp replicas × cp ranks per sequence (a clear error if N is not dp · cp).

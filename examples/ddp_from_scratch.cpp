@@ -29,6 +29,8 @@
 #include <cstdio>
 #include <string>
 
+#include "parse_on_every_rank.h"
+
 #include "simple_model.h"
 
 namespace rg = ringgrad;
@@ -39,7 +41,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Data parallelism from scratch: a ring all-reduce per gradient (rgrun -n N)"};
   MnistRecipe recipe;  // the same options and defaults as mnist_ddp (simple_model.h)
   recipe.add_options(app, "samples per step on each rank");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return par::main_guard(world, [&] {
     par::Communicator& comm = world.communicator();

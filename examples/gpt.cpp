@@ -6,7 +6,7 @@
 //   scripts/rgrun -n 2 build/bin/gpt --strategy fsdp            the same, fully sharded
 //   scripts/rgrun -n 4 build/bin/gpt --dp 2 --cp 2 --strategy zero2
 //   scripts/rgrun -n 8 build/bin/gpt --dp 2 --pp 2 --tp 2      all four dimensions
-//   build/bin/gpt --data book.txt --steps 3000 --save gpt.safetensors
+//   build/bin/gpt --data book.txt --steps 3000 --save gpt.ckpt
 //
 // The model (GPT-2's shape, small): bytes as tokens (a vocabulary of 256, so any text
 // works), token and learned position embeddings, pre-norm blocks of causal
@@ -39,9 +39,12 @@
 // where unigram_loss is the entropy (nats/char) of the validation text's byte
 // frequencies: the loss of a model that learned nothing but how often each byte occurs.
 //
-// --save PATH writes the model (whole, from any strategy) to PATH and the optimizer
-// state (whole, in the form a plain AdamW writes) to PATH.optim, with the step
-// reached; --resume PATH continues from them, under any strategy and world size.
+// --save PATH writes one checkpoint file (optim/checkpoint.h): the model (whole, from any
+// strategy), the optimizer state (whole, in the form a plain AdamW writes), the schedule
+// and the step reached, at the end and every --save-every steps; --resume PATH continues
+// from it under any strategy and world size, and under the same ones ends with the same
+// bits as a run never stopped (each step's batch is drawn from the seed and the step).
+// --max-steps N stops after step N (the schedule still spans --steps), to resume later.
 // --trace FILE.json writes a Chrome trace of one step: FSDP's all-gathers and
 // reduce-scatters, DDP's buckets or the ring's K/V transfers on each rank's comm track.
 #include <ringgrad/parallel/context_parallel.h>
@@ -58,6 +61,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+
+#include "checkpointing.h"
+#include "parse_on_every_rank.h"
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -461,11 +467,12 @@ int main(int argc, char** argv) {
   CLI::App app{"A character-level GPT, data-parallel (ddp, zero1, zero2, fsdp) x context-parallel"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one counts
   GPTConfig config;
-  std::string data, strategy = "ddp", save_path, resume_path, trace_path, prompt = "The ";
+  std::string data, strategy = "ddp", trace_path, prompt = "The ";
+  Checkpointing ckpt;  // --save --save-every --resume --max-steps (checkpointing.h)
   int dp = 0, cp = 1, tp = 1, pp = 1;
   int64_t micro_batches = 4;
   int64_t steps = 1000, batch = 16, eval_every = 100, eval_batches = 8, sample_length = 300,
-          top_k = 20, log_every = 0, stop_at = 0;
+          top_k = 20, log_every = 0;
   double lr = 3e-3, temperature = 0.8;
   uint64_t seed = 0;
   app.add_option("--data", data, "a text file (default: the fortunes package's files)");
@@ -482,8 +489,6 @@ int main(int argc, char** argv) {
   app.add_option("--d-model", config.d_model, "model width")->check(CLI::PositiveNumber);
   app.add_option("--heads", config.heads, "attention heads (dividing --d-model)")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "optimizer steps (in all, counting a resumed run's)")->check(CLI::PositiveNumber);
-  app.add_option("--stop-at", stop_at, "stop after this step (the schedule still spans --steps): "
-                 "a run to --save and --resume later")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", batch, "sequences per step on each data-parallel replica")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "peak learning rate (AdamW; warmup 5% of the steps, then cosine)")
@@ -498,10 +503,9 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", temperature, "sampling temperature")->check(CLI::PositiveNumber);
   app.add_option("--top-k", top_k, "sample among the k most likely bytes")->check(CLI::Range(1, 256));
   app.add_option("--seed", seed, "model initialisation and data order");
-  app.add_option("--save", save_path, "write the model to PATH and the optimizer state to PATH.optim");
-  app.add_option("--resume", resume_path, "continue from the checkpoint at PATH (and PATH.optim)");
+  ckpt.add_options(app);
   app.add_option("--trace", trace_path, "write a Chrome trace of the third step to FILE.json");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return par::main_guard(world, [&] {
     if (dp == 0) dp = world.size() / (cp * tp * pp);
@@ -518,7 +522,8 @@ int main(int argc, char** argv) {
     RG_CHECK(cp == 1 || config.seq % (2 * cp) == 0, "gpt", "expected --seq divisible by 2 x --cp = ",
              2 * cp, " (the zigzag cut), got ", config.seq);
     RG_CHECK(!prompt.empty(), "gpt", "expected a non-empty --prompt");
-    RG_CHECK((tp == 1 && pp == 1) || (save_path.empty() && resume_path.empty()), "gpt",
+    ckpt.check();
+    RG_CHECK((tp == 1 && pp == 1) || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
              "expected no --save or --resume with --tp or --pp above 1 (not yet)");
     // The mesh, tp varying fastest (its ranks talk most: on a GPU host, the same node).
     par::DeviceMesh mesh(world.communicator(), {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
@@ -535,15 +540,43 @@ int main(int argc, char** argv) {
     rg::optim::WarmupCosine schedule(trainer.optimizer(),
                                      {.warmup_steps = std::max<int64_t>(1, steps / 20),
                                       .total_steps = steps, .min_factor = 0.1});
+    // What defines this run (not the strategy or the layout: a checkpoint moves between them).
+    const std::map<std::string, std::string> run{
+        {"layers", std::to_string(config.layers)}, {"d_model", std::to_string(config.d_model)},
+        {"heads", std::to_string(config.heads)},   {"seq", std::to_string(config.seq)},
+        {"steps", std::to_string(steps)},          {"global_batch", std::to_string(batch * dp)},
+        {"lr", std::to_string(lr)},                {"seed", std::to_string(seed)},
+        {"data", data}};
     int64_t start_step = 0;
-    if (!resume_path.empty()) {
-      std::map<std::string, std::string> model_meta, optim_meta;
-      rg::NamedTensors state = rg::load_safetensors(resume_path, &model_meta);
-      rg::NamedTensors optim = rg::load_safetensors(resume_path + ".optim", &optim_meta);
-      trainer.load(state, optim, optim_meta);
-      start_step = trainer.optimizer().steps();
+    if (!ckpt.resume_path.empty()) {
+      rg::Checkpoint c = rg::load_checkpoint(ckpt.resume_path);
+      rg::check_run(c, c.world_size, run);  // any world size: the batch is drawn by step
+      RG_CHECK(c.schedule_steps == c.progress.step, "gpt", "'", ckpt.resume_path,
+               "': expected schedule.steps = step = ", c.progress.step, ", got ", c.schedule_steps);
+      trainer.load(c.model, c.optimizer, c.optimizer_meta);
+      start_step = c.progress.step;
       schedule.resume_at(start_step);
     }
+    // Rank 0 writes the whole state, gathered by gather_and_save (a collective under ZeRO
+    // and FSDP: every rank calls it), as one checkpoint file.
+    auto write = [&](int64_t step, rg::NamedTensors model_state, rg::NamedTensors optim_state,
+                     std::map<std::string, std::string> optim_meta) {
+      rg::Checkpoint c;
+      c.model = std::move(model_state);
+      c.optimizer = std::move(optim_state);
+      c.optimizer_meta = std::move(optim_meta);
+      c.schedule_steps = schedule.steps();
+      c.progress = {.step = step};
+      c.world_size = world.size();
+      c.run = run;
+      c.generators["default"] = rg::default_generator();
+      if (world.is_main()) rg::save_checkpoint(c, ckpt.save_path);
+    };
+    auto gather_and_save = [&](int64_t step) {
+      std::map<std::string, std::string> optim_meta;
+      rg::NamedTensors optim_state = trainer.optimizer_state(&optim_meta);
+      write(step, trainer.model_state(), std::move(optim_state), std::move(optim_meta));
+    };
     if (world.is_main())
       std::printf(
           "gpt: %lld parameters (%lld layers, d_model %lld, %lld heads, context %lld); world %d = "
@@ -590,7 +623,7 @@ int main(int argc, char** argv) {
       return mean_over_ranks(sum / double(eval_batches));
     };
 
-    const int64_t end = stop_at > 0 ? std::min(stop_at, steps) : steps;
+    const int64_t end = ckpt.max_steps > 0 ? std::min(ckpt.max_steps, steps) : steps;
     double seconds = 0, train_loss = 0, window_loss = 0;
     int64_t window_steps = 0, timed_tokens = 0;
     for (int64_t step = start_step; step < end; ++step) {
@@ -618,6 +651,7 @@ int main(int argc, char** argv) {
         if (world.is_main()) std::printf("trace of step %lld written to %s\n", static_cast<long long>(step + 1), where.c_str());
       }
       window_loss += local, ++window_steps;
+      if (ckpt.due(step + 1) && step + 1 < end) gather_and_save(step + 1);
       const bool eval_now = (step + 1) % eval_every == 0 || step + 1 == end;
       const bool log_now = log_every > 0 && (step + 1) % log_every == 0;
       if (eval_now || log_now) {
@@ -648,11 +682,11 @@ int main(int argc, char** argv) {
     } else if (world.is_main() && sample_length > 0) {
       std::printf("sample: skipped with --pp above 1 (each stage holds part of the model)\n");
     }
-    if (!save_path.empty() && world.is_main()) {
-      rg::save_safetensors(model_state, save_path, {{"format", "ringgrad"}, {"example", "gpt"}});
-      rg::save_safetensors(optim_state, save_path + ".optim", optim_meta);
-      std::printf("saved %s and %s.optim (step %lld)\n", save_path.c_str(), save_path.c_str(),
-                  static_cast<long long>(end));
+    if (!ckpt.save_path.empty()) {
+      write(std::max(end, start_step), model_state, optim_state, optim_meta);
+      if (world.is_main())
+        std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(),
+                    static_cast<long long>(std::max(end, start_step)));
     }
     // A sample, on rank 0, from the whole model (sharded strategies: gathered above).
     if (world.is_main() && sample_length > 0 && !model_state.empty()) {

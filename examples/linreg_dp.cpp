@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "parse_on_every_rank.h"
+
 namespace rg = ringgrad;
 
 constexpr int64_t kFeatures = 10;
@@ -63,7 +65,7 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows, "rows in the whole data set")->check(CLI::PositiveNumber);
   app.add_flag("--gd", gd, "fit by data-parallel gradient descent instead of normal equations");
   app.add_option("--steps", steps, "gradient descent steps")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return rg::parallel::main_guard(world, [&] {
     auto& comm = world.communicator();

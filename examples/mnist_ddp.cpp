@@ -8,6 +8,11 @@
 // same Adam step. Per-rank batch 64, Adam lr 1e-3, 5 epochs; rank 0 prints.
 // Ends with: RESULT example=mnist_ddp world=N test_acc=… samples_per_s=… (global)
 //
+// --save PATH [--save-every N], --resume PATH, --max-steps N: one checkpoint file,
+// written by rank 0 (every replica holds the same state) and read by every rank; a
+// resumed run continues at the same step of the same epoch's shuffle, and ends with the
+// same bits as an uninterrupted run at the same world size (examples/checkpointing.h).
+//
 // --trace out.json records a few steps (--trace-steps, after 2 warm-up steps) as a
 // Chrome trace: every rank writes out.rank<r>.json, and rank 0 merges them into
 // out.json, one group of tracks per rank (open it at https://ui.perfetto.dev). The
@@ -27,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpointing.h"
+#include "parse_on_every_rank.h"
 #include "simple_model.h"
 
 namespace rg = ringgrad;
@@ -38,7 +45,9 @@ int main(int argc, char** argv) {
   recipe.add_options(app, "samples per step on each rank");
   std::string device_name = "auto";
   std::string trace_path;
-  int64_t trace_steps = 20, max_steps = 0;
+  int64_t trace_steps = 20;
+  Checkpointing ckpt;  // --save --save-every --resume --max-steps (checkpointing.h)
+  ckpt.add_options(app);
   double bucket_cap_mb = 0;  // 0: DDP's defaults (1 MB first bucket, then 25 MB)
   app.add_option("--device", device_name,
                  "cpu, cuda or auto (cuda:<local rank> when GPUs are present)");
@@ -48,15 +57,19 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace_path, "write a Chrome trace of a few steps to FILE.json");
   app.add_option("--trace-steps", trace_steps, "steps to trace (after 2 warm-up steps)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--max-steps", max_steps, "stop after this many steps in all (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return rg::parallel::main_guard(world, [&] {
+    ckpt.check();
     rg::Device device = device_name == "auto" ? world.device() : rg::Device::resolve(device_name);
     rg::manual_seed(recipe.seed);
     rg::data::MNIST train(recipe.data_dir, rg::data::Split::Train);
     rg::data::MNIST test(recipe.data_dir, rg::data::Split::Test);
+    // Every rank reads its own copy of the data: the same sizes, or the shards would differ.
+    rg::parallel::check_same_across_ranks(
+        world.communicator(),
+        {{"train samples", std::to_string(train.size())}, {"test samples", std::to_string(test.size())}},
+        "the data (" + recipe.data_dir + ")");
     rg::data::DistributedSampler sampler(train.size(), world.size(), world.rank(),
                                          {.seed = recipe.seed});
     rg::data::DataLoader loader(train, {.batch_size = recipe.batch_size, .sampler = &sampler});
@@ -68,6 +81,15 @@ int main(int argc, char** argv) {
       ddp_options.bucket_cap_mb = ddp_options.first_bucket_cap_mb = bucket_cap_mb;
     rg::parallel::DistributedDataParallel ddp(model, world.communicator(), ddp_options);
     rg::optim::Adam opt(model.parameters(), {.lr = recipe.lr});
+    // What defines this run: a checkpoint resumes only under the same settings.
+    const std::map<std::string, std::string> run{{"batch_size", std::to_string(recipe.batch_size)},
+                                                 {"lr", std::to_string(recipe.lr)},
+                                                 {"seed", std::to_string(recipe.seed)}};
+    const rg::TrainProgress at = ckpt.resume(model, opt, world.size(), run);
+    if (!ckpt.resume_path.empty() && world.is_main())
+      std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n",
+                  ckpt.resume_path.c_str(), static_cast<long long>(at.step),
+                  static_cast<long long>(at.epoch + 1), static_cast<long long>(at.batch));
     if (world.is_main())
       std::printf(
           "world %d, per-rank batch %lld (global %lld), %lld steps per epoch, %zu gradient "
@@ -79,7 +101,7 @@ int main(int argc, char** argv) {
 
     // Tracing covers steps [trace_first, trace_end): after warm-up, a bounded number.
     const int64_t trace_first = 2, trace_end = trace_first + trace_steps;
-    int64_t step = 0;  // steps taken, over all epochs
+    int64_t step = at.step;  // steps taken, over all epochs
     auto finish_trace = [&] {
       std::string where = rg::parallel::stop_trace(world, trace_path);
       if (where.empty()) return;
@@ -92,12 +114,20 @@ int main(int argc, char** argv) {
 
     double seconds = 0, test_acc = 0;
     int64_t samples = 0;
-    for (int epoch = 0; epoch < recipe.epochs; ++epoch) {
+    const int64_t per_epoch = loader.size();
+    auto save = [&](int64_t epoch, int64_t batch) {  // rank 0 writes for every replica
+      if (world.is_main())
+        ckpt.save(model, opt, Checkpointing::progress(step, epoch, batch, per_epoch),
+                  world.size(), run);
+    };
+    bool stopped = ckpt.should_stop(step);  // by --max-steps
+    for (int64_t epoch = at.epoch; epoch < recipe.epochs && !stopped; ++epoch) {
       sampler.set_epoch(epoch);  // a new shuffle each epoch, the same on every rank
       auto start = std::chrono::steady_clock::now();
       float last = 0;
-      for (auto& [x, y] : loader) {
-        if (max_steps > 0 && step >= max_steps) break;
+      const int64_t first = epoch == at.epoch ? at.batch : 0;  // mid-epoch after --resume
+      int64_t batch = first;
+      for (auto& [x, y] : loader.starting_at(first)) {
         if (!trace_path.empty() && step == trace_first)
           rg::trace::start(trace_path, world.rank(), world.size());
         {
@@ -110,13 +140,22 @@ int main(int argc, char** argv) {
         }
         samples += x.size(0) * world.size();
         if (++step == trace_end) finish_trace();
+        ++batch;
+        if (ckpt.due(step)) save(epoch, batch);
+        if ((stopped = ckpt.should_stop(step))) break;
       }
       rg::cuda::synchronize();
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       // Every rank has the same weights: rank 0 evaluates for everyone.
       if (world.is_main()) {
         test_acc = accuracy(model, test, device);
-        std::printf("[Epoch %d] Loss: %.4f  test acc %.4f\n", epoch + 1, last, test_acc);
+        std::printf("[Epoch %lld] Loss: %.4f  test acc %.4f%s\n", static_cast<long long>(epoch + 1),
+                    last, test_acc, batch < per_epoch ? " (stopped mid-epoch: --max-steps)" : "");
+      }
+      if ((stopped || epoch + 1 == recipe.epochs) && !ckpt.save_path.empty()) {
+        save(epoch, batch);
+        if (world.is_main())
+          std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(), static_cast<long long>(step));
       }
     }
     finish_trace();  // a run shorter than the traced window

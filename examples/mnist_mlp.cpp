@@ -5,9 +5,14 @@
 //   dataset-fashion-mnist; --data DIR reads real MNIST (the same IDX files).
 //
 //   build/bin/mnist_mlp [--epochs 5] [--batch-size 64] [--lr 1e-3] [--seed 0]
-//                       [--threads N] [--data DIR] [--save PATH] [--resume PATH]
-//                       [--device cpu|cuda|auto] [--trace FILE.json [--trace-steps 20]]
+//                       [--threads N] [--data DIR] [--device cpu|cuda|auto]
+//                       [--save PATH [--save-every N]] [--resume PATH] [--max-steps N]
+//                       [--trace FILE.json [--trace-steps 20]]
 //
+// --save writes one checkpoint file (model, Adam state, the epoch and batch reached, the
+// generator) at the end and every --save-every steps; --resume continues from it exactly:
+// killed at any step and resumed, the run ends with the same bits as an uninterrupted one
+// (examples/checkpointing.h, tests/check_resume.sh).
 // Prints progress within each epoch, train loss and test accuracy per epoch,
 // and ends with: RESULT example=mnist_mlp epochs=E test_acc=… samples_per_s=…
 // --trace writes a Chrome trace of a few steps after 2 warm-up steps (forward, backward
@@ -21,6 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "checkpointing.h"
 #include "simple_model.h"
 
 namespace rg = ringgrad;
@@ -30,20 +36,21 @@ int main(int argc, char** argv) {
   MnistRecipe recipe;  // --data --epochs --batch-size --lr --seed (simple_model.h)
   recipe.add_options(app);
   auto& [data_dir, epochs, batch_size, lr, seed] = recipe;
-  std::string save_path, resume_path, device_name = "auto";
+  Checkpointing ckpt;  // --save --save-every --resume --max-steps (checkpointing.h)
+  ckpt.add_options(app);
+  std::string device_name = "auto";
   int threads = 0;
   int64_t trace_steps = 20;
   std::string trace_path;
   app.add_option("--threads", threads, "CPU threads (default: RINGGRAD_NUM_THREADS or all cores)");
   app.add_option("--device", device_name, "cpu, cuda, cuda:N or auto (CUDA when a GPU is present)");
-  app.add_option("--save", save_path, "write model and optimizer checkpoints to PATH(.optim)");
-  app.add_option("--resume", resume_path, "start from the checkpoint at PATH");
   app.add_option("--trace", trace_path, "write a Chrome trace of a few steps to FILE.json");
   app.add_option("--trace-steps", trace_steps, "steps to trace (after 2 warm-up steps)")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
+    ckpt.check();
     if (threads > 0) rg::set_num_threads(threads);
     rg::manual_seed(seed);
     rg::data::MNIST train(data_dir, rg::data::Split::Train);
@@ -57,12 +64,15 @@ int main(int argc, char** argv) {
     SimpleModel model;
     model.to(device);  // before the optimizer: its state is created next to the parameters
     rg::optim::Adam opt(model.parameters(), {.lr = lr});
-    if (!resume_path.empty()) {
-      rg::nn::load(model, resume_path);
-      rg::optim::load(opt, resume_path + ".optim");
-      std::printf("resumed from %s (%lld optimizer steps)\n", resume_path.c_str(),
-                  static_cast<long long>(opt.steps()));
-    }
+    // What defines this run: a checkpoint resumes only under the same settings.
+    const std::map<std::string, std::string> run{{"batch_size", std::to_string(batch_size)},
+                                                 {"lr", std::to_string(lr)},
+                                                 {"seed", std::to_string(seed)}};
+    const rg::TrainProgress at = ckpt.resume(model, opt, /*world_size=*/1, run);
+    if (!ckpt.resume_path.empty())
+      std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n",
+                  ckpt.resume_path.c_str(), static_cast<long long>(at.step),
+                  static_cast<long long>(at.epoch + 1), static_cast<long long>(at.batch));
     std::printf("model: %lld parameters on %s, %lld train / %lld test samples, %d thread(s)\n",
                 static_cast<long long>(model.num_parameters()), device.str().c_str(),
                 static_cast<long long>(train.size()), static_cast<long long>(test.size()),
@@ -73,7 +83,7 @@ int main(int argc, char** argv) {
     int64_t samples = 0;
     // Tracing covers steps [trace_first, trace_end): after warm-up, a bounded number.
     const int64_t trace_first = 2, trace_end = trace_first + trace_steps;
-    int64_t global_step = 0;
+    int64_t global_step = at.step;
     auto finish_trace = [&] {
       std::string file = rg::trace::stop();
       if (file.empty()) return;
@@ -83,12 +93,18 @@ int main(int argc, char** argv) {
           tty ? "\n" : "", static_cast<long long>(trace_first),
           static_cast<long long>(global_step - 1), file.c_str());
     };
-    for (int epoch = 0; epoch < epochs; ++epoch) {
+    const int64_t steps = loader.size();
+    auto save = [&](int64_t epoch, int64_t batch) {
+      ckpt.save(model, opt, Checkpointing::progress(global_step, epoch, batch, steps), 1, run);
+    };
+    bool stopped = ckpt.should_stop(global_step);  // by --max-steps
+    for (int64_t epoch = at.epoch; epoch < epochs && !stopped; ++epoch) {
       loader.set_epoch(epoch);
       auto start = std::chrono::steady_clock::now();
       double loss_sum = 0;
-      int64_t step = 0, steps = loader.size();
-      for (auto& [x, y] : loader) {
+      const int64_t first = epoch == at.epoch ? at.batch : 0;  // mid-epoch after --resume
+      int64_t step = first;  // batches of this epoch taken
+      for (auto& [x, y] : loader.starting_at(first)) {
         if (!trace_path.empty() && global_step == trace_first) rg::trace::start(trace_path);
         {
           rg::trace::Span span(rg::trace::enabled() ? "step " + std::to_string(global_step) : "",
@@ -101,14 +117,17 @@ int main(int argc, char** argv) {
         }
         samples += x.size(0);
         if (++global_step == trace_end) finish_trace();
-        // Progress: a line updated in place on a terminal, a plain line each quarter otherwise.
         ++step;
+        if (ckpt.due(global_step)) save(epoch, step);
+        if ((stopped = ckpt.should_stop(global_step))) break;
+        // Progress: a line updated in place on a terminal, a plain line each quarter otherwise.
         bool show = tty ? (step % 50 == 0 || step == steps)
                         : (step < steps && step % std::max<int64_t>(1, steps / 4) == 0);
         if (show) {
-          std::printf("%s[Epoch %d] %5lld/%lld  loss %.4f%s", tty ? "\r" : "", epoch + 1,
+          std::printf("%s[Epoch %lld] %5lld/%lld  loss %.4f%s", tty ? "\r" : "",
+                      static_cast<long long>(epoch + 1),
                       static_cast<long long>(step), static_cast<long long>(steps),
-                      loss_sum / static_cast<double>(step), tty ? "" : "\n");
+                      loss_sum / static_cast<double>(step - first), tty ? "" : "\n");
           std::fflush(stdout);
         }
       }
@@ -116,15 +135,19 @@ int main(int argc, char** argv) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       rg::cuda::synchronize();  // GPU work is asynchronous: finish it before reading the clock
       test_acc = accuracy(model, test, device);
-      std::printf("%s[Epoch %d] train loss %.4f  test acc %.4f\n", tty ? "\r" : "", epoch + 1,
-                  loss_sum / static_cast<double>(loader.size()), test_acc);
+      std::printf("%s[Epoch %lld] train loss %.4f  test acc %.4f%s\n", tty ? "\r" : "",
+                  static_cast<long long>(epoch + 1),
+                  step > first ? loss_sum / static_cast<double>(step - first) : 0.0, test_acc,
+                  step < steps ? " (stopped mid-epoch: --max-steps)" : "");
+      if (stopped || epoch + 1 == epochs) {
+        if (!ckpt.save_path.empty()) {
+          save(epoch, step);
+          std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(),
+                      static_cast<long long>(global_step));
+        }
+      }
     }
     finish_trace();  // a run shorter than the traced window
-    if (!save_path.empty()) {
-      rg::nn::save(model, save_path);
-      rg::optim::save(opt, save_path + ".optim");
-      std::printf("saved %s and %s.optim\n", save_path.c_str(), save_path.c_str());
-    }
     std::printf("RESULT example=mnist_mlp epochs=%d test_acc=%.4f samples_per_s=%.0f\n", epochs,
                 test_acc, train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0);
   } catch (const rg::Error& e) {

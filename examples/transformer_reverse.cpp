@@ -14,6 +14,10 @@
 //
 //   build/bin/transformer_reverse [--steps 1500] [--batch-size 64] [--d-model 64]
 //                                 [--layers 2] [--lr 1e-3] [--seed 0] [--threads N]
+//                                 [--save PATH [--save-every N]] [--resume PATH] [--max-steps N]
+// --save/--resume: one checkpoint file (model, AdamW, the schedule, both generators, the
+// step); a resumed run continues exactly (examples/checkpointing.h). --steps is the
+// schedule's length; --max-steps stops earlier, to resume later.
 // Ends with: RESULT example=transformer_reverse exact_match=… tokens_per_s=…
 #include <ringgrad/ringgrad.h>
 #include <unistd.h>
@@ -22,6 +26,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+
+#include "checkpointing.h"
 
 namespace rg = ringgrad;
 
@@ -153,9 +159,12 @@ int main(int argc, char** argv) {
   app.add_option("--eval-size", eval_size, "held-out strings")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed for initialisation and data");
   app.add_option("--threads", threads, "CPU threads (default: RINGGRAD_NUM_THREADS or all cores)");
+  Checkpointing ckpt;  // --save --save-every --resume --max-steps (checkpointing.h)
+  ckpt.add_options(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
+    ckpt.check();
     if (threads > 0) rg::set_num_threads(threads);
     rg::manual_seed(seed);
     Reverser model(d_model, layers, dropout);
@@ -164,6 +173,25 @@ int main(int argc, char** argv) {
     rg::optim::WarmupCosine schedule(opt, {.warmup_steps = steps / 10, .total_steps = steps});
     rg::Generator data_gen(seed + 1), eval_gen(seed + 1000003);  // disjoint streams
     Batch held_out = make_batch(eval_size, eval_gen);
+    // What defines this run: a checkpoint resumes only under the same settings.
+    const std::map<std::string, std::string> run{
+        {"steps", std::to_string(steps)},     {"batch_size", std::to_string(batch_size)},
+        {"d_model", std::to_string(d_model)}, {"layers", std::to_string(layers)},
+        {"lr", std::to_string(lr)},           {"dropout", std::to_string(dropout)},
+        {"clip", std::to_string(clip)},       {"seed", std::to_string(seed)}};
+    rg::Checkpoint loaded;
+    const rg::TrainProgress at = ckpt.resume(model, opt, 1, run, &schedule, &loaded);
+    if (!ckpt.resume_path.empty()) {
+      auto data = loaded.generators.find("data");
+      RG_CHECK(data != loaded.generators.end(), "resume", "'", ckpt.resume_path,
+               "': expected the data generator's state (rng.data.*), found none");
+      data_gen = data->second;
+      std::printf("resumed from %s at step %lld\n", ckpt.resume_path.c_str(),
+                  static_cast<long long>(at.step));
+    }
+    auto save = [&](int64_t step) {
+      ckpt.save(model, opt, {.step = step}, 1, run, &schedule, {{"data", data_gen}});
+    };
     std::printf("model: %lld parameters, d_model %lld, %lld+%lld layers, %d thread(s)\n",
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(d_model),
                 static_cast<long long>(layers), static_cast<long long>(layers),
@@ -172,7 +200,8 @@ int main(int argc, char** argv) {
     const bool tty = isatty(fileno(stdout));
     int64_t tokens = 0;
     double seconds = 0, loss_avg = 0;
-    for (int64_t step = 1; step <= steps; ++step) {
+    const int64_t last = ckpt.max_steps > 0 ? std::min(steps, ckpt.max_steps) : steps;
+    for (int64_t step = at.step + 1; step <= last; ++step) {
       auto start = std::chrono::steady_clock::now();
       Batch b = make_batch(batch_size, data_gen);
       opt.zero_grad();
@@ -185,7 +214,8 @@ int main(int argc, char** argv) {
       schedule.step();
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       tokens += b.tokens;
-      loss_avg = step == 1 ? loss.item() : 0.98 * loss_avg + 0.02 * loss.item();
+      loss_avg = step == at.step + 1 ? loss.item() : 0.98 * loss_avg + 0.02 * loss.item();
+      if (ckpt.due(step)) save(step);
       bool show = tty ? step % 10 == 0 || step == steps : step % (steps / 10 ? steps / 10 : 1) == 0;
       if (show) {
         std::printf("%sstep %5lld/%lld  loss %.4f  lr %.2e  %.0f tokens/s%s", tty ? "\r" : "",
@@ -194,6 +224,11 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+    if (!ckpt.save_path.empty()) {
+      save(std::max(last, at.step));
+      std::printf("%ssaved %s (step %lld)\n", tty ? "\n" : "", ckpt.save_path.c_str(),
+                  static_cast<long long>(std::max(last, at.step)));
+    }
     auto eval_start = std::chrono::steady_clock::now();
     double match = exact_match(model, held_out);
     double eval_seconds =
@@ -201,7 +236,7 @@ int main(int argc, char** argv) {
     std::printf("%sheld-out: %lld strings, greedy decoding in %.1f s, exact match %.4f\n",
                 tty ? "\n" : "", static_cast<long long>(eval_size), eval_seconds, match);
     std::printf("RESULT example=transformer_reverse exact_match=%.4f tokens_per_s=%.0f\n", match,
-                double(tokens) / seconds);
+                seconds > 0 ? double(tokens) / seconds : 0.0);
   } catch (const rg::Error& e) {
     std::fprintf(stderr, "transformer_reverse: %s\n", e.what());
     return 1;

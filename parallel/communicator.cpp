@@ -13,9 +13,12 @@
 // and recv are errors rather than silent no-ops (a recv could never be matched).
 #include "ringgrad/parallel/communicator.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/core/factory.h"
@@ -169,12 +172,14 @@ WorkHandle Communicator::recv_async(Tensor& t, int src, int tag) {
 double comm_timeout_seconds() {
   const char* text = std::getenv("RINGGRAD_COMM_TIMEOUT_S");
   if (!text) return 300.0;
+  const std::string value = text;
+  if (value == "off") return 0.0;  // no watchdog: only when asked for in words
   errno = 0;
   char* end = nullptr;
   double seconds = std::strtod(text, &end);
-  RG_CHECK(end != text && *end == '\0' && errno == 0 && std::isfinite(seconds) && seconds >= 0,
+  RG_CHECK(end != text && *end == '\0' && errno == 0 && std::isfinite(seconds) && seconds > 0,
            "RINGGRAD_COMM_TIMEOUT_S",
-           "expected a number of seconds >= 0 (0: wait without a limit), got '", text, "'");
+           "expected a number of seconds > 0, or 'off' for no time limit, got '", value, "'");
   return seconds;
 }
 
@@ -253,6 +258,102 @@ void all_reduce_grads(const std::vector<Tensor>& params, Communicator& comm, Red
     Tensor g = p.grad();
     if (g.defined()) comm.all_reduce(g, op);
   }
+}
+
+namespace {
+
+// Each rank's text, gathered on every rank (an all_gather of the lengths, then of the
+// bytes padded to the longest, one int64 per byte: small settings, not bulk data).
+std::vector<std::string> all_gather_text(Communicator& comm, const std::string& mine) {
+  Tensor length = full({1}, static_cast<double>(mine.size()), {.dtype = kInt64});
+  std::vector<int64_t> lengths = comm.all_gather(length).tolist<int64_t>();
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<int64_t> bytes(static_cast<size_t>(std::max<int64_t>(longest, 1)), 0);
+  for (size_t i = 0; i < mine.size(); ++i) bytes[i] = static_cast<unsigned char>(mine[i]);
+  Tensor payload = from_vector(bytes, {static_cast<int64_t>(bytes.size())});
+  std::vector<int64_t> all = comm.all_gather(payload).tolist<int64_t>();
+  std::vector<std::string> texts;
+  for (int r = 0; r < comm.size(); ++r) {
+    std::string text;
+    for (int64_t i = 0; i < lengths[static_cast<size_t>(r)]; ++i)
+      text.push_back(static_cast<char>(all[static_cast<size_t>(r) * bytes.size() + i]));
+    texts.push_back(std::move(text));
+  }
+  return texts;
+}
+
+// "key \x1f value \x1e" per entry, and back (the separators cannot appear in arguments
+// typed on a command line; a value that holds one only makes the comparison stricter).
+std::string encode(const std::map<std::string, std::string>& values) {
+  std::string text;
+  for (const auto& [key, value] : values) text.append(key).append(1, '\x1f').append(value).append(1, '\x1e');
+  return text;
+}
+std::map<std::string, std::string> decode(const std::string& text) {
+  std::map<std::string, std::string> values;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t sep = text.find('\x1f', pos), end = text.find('\x1e', pos);
+    if (sep == std::string::npos || end == std::string::npos || sep > end) break;
+    values[text.substr(pos, sep - pos)] = text.substr(sep + 1, end - sep - 1);
+    pos = end + 1;
+  }
+  return values;
+}
+
+}  // namespace
+
+void check_same_across_ranks(Communicator& comm, const std::map<std::string, std::string>& values,
+                             const std::string& what) {
+  if (comm.size() == 1) return;
+  const std::vector<std::string> texts = all_gather_text(comm, encode(values));
+  const std::map<std::string, std::string> first = decode(texts[0]);
+  auto shown = [](const std::map<std::string, std::string>& m, const std::string& key) {
+    auto it = m.find(key);
+    return it == m.end() ? std::string("nothing") : "'" + it->second + "'";
+  };
+  for (int r = 1; r < comm.size(); ++r) {
+    if (texts[static_cast<size_t>(r)] == texts[0]) continue;
+    const std::map<std::string, std::string> other = decode(texts[static_cast<size_t>(r)]);
+    std::string key;  // the first setting (in name order) on which they differ
+    for (const auto& [k, v] : first)
+      if (other.count(k) == 0 || other.at(k) != v) { key = k; break; }
+    for (const auto& [k, v] : other)
+      if (first.count(k) == 0 && (key.empty() || k < key)) key = k;
+    fail("check_same_across_ranks", "ranks disagree on ", what, ": ", key, " is ", shown(first, key),
+         " on rank 0 and ", shown(other, key), " on rank ", r,
+         ". Every rank must run with the same settings: start them with the same arguments "
+         "(and the same data)");
+  }
+}
+
+void check_same_layout_across_ranks(Communicator& comm, const NamedTensors& state,
+                                    const std::string& what) {
+  std::map<std::string, std::string> layout;
+  for (const auto& [name, t] : state) {
+    using detail::operator<<;  // a shape as [2, 3]
+    std::ostringstream os;
+    os << dtype_name(t.dtype()) << " " << t.shape();
+    layout[name] = os.str();
+  }
+  check_same_across_ranks(comm, layout, what);
+}
+
+std::optional<int> agree_to_start(Communicator& comm, std::optional<int> exit_code) {
+  if (comm.size() == 1) return exit_code;
+  Tensor mine = full({1}, exit_code ? static_cast<double>(*exit_code) : -1.0, {.dtype = kInt64});
+  const std::vector<int64_t> codes = comm.all_gather(mine).tolist<int64_t>();
+  for (int r = 0; r < comm.size(); ++r) {
+    const int64_t code = codes[static_cast<size_t>(r)];
+    if (code < 0) continue;
+    if (exit_code) return exit_code;  // this rank leaves too, with its own code
+    std::fprintf(stderr, "[rank %d/%d] stopping: rank %d ended before the start (%s)\n", comm.rank(),
+                 comm.size(), r,
+                 code == 0 ? "it was asked for --help or --version only"
+                           : ("exit code " + std::to_string(code) + "; its message says why").c_str());
+    return code == 0 ? 1 : static_cast<int>(code);  // not a success for a rank that wanted to run
+  }
+  return std::nullopt;
 }
 
 }  // namespace ringgrad::parallel

@@ -16,10 +16,13 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "ringgrad/core/safetensors.h"  // NamedTensors
 #include "ringgrad/core/tensor.h"
 
 namespace ringgrad::parallel {
@@ -144,10 +147,11 @@ class Communicator {
   std::atomic<int64_t> wire_bytes_{0};
 };
 
-// RINGGRAD_COMM_TIMEOUT_S: seconds a rank waits for a collective before it
-// ends the job naming itself (default 300; 0: wait forever). Read by every
-// backend through this one function; a value that is not a number >= 0 is an
-// error naming the variable and the value.
+// RINGGRAD_COMM_TIMEOUT_S: seconds a rank waits for an operation before it ends
+// the job, naming the operation, its number and (MPI backend, ranks on this host) the
+// ranks that never reached it (default 300; `off`: wait forever, returned as 0). Read by
+// every backend through this one function; anything else — 0, a negative number, a
+// word — is an error naming the variable and the value.
 double comm_timeout_seconds();
 
 // Every tensor made equal to root's, one broadcast each, in order (a collective):
@@ -157,6 +161,33 @@ void broadcast_tensors(Communicator& comm, const std::vector<Tensor>& tensors, i
 // all-reduce each, in order (a collective): Avg averages data-parallel replicas' gradients,
 // Sum adds partial gradients (sequence-parallel LayerNorms).
 void all_reduce_grads(const std::vector<Tensor>& params, Communicator& comm, Reduce op = Reduce::Sum);
+
+// ---- ranks that agree or stop
+// Every rank started with the same arguments is something a launcher cannot promise
+// (a different --batch-size on one host pairs all-reduces of different steps; a
+// different --lr diverges the replicas silently). These compare, at start-up, what
+// must be equal on every rank, and stop every rank at once when it is not.
+
+// A collective: every rank passes its values (setting name -> value as text); when any
+// rank's differ from rank 0's, every rank throws the same ringgrad::Error naming the
+// setting, the ranks and both values ("ranks disagree on batch_size: rank 0 has 64,
+// rank 1 has 32"), which main_guard turns into the end of the job. `what` says whose
+// settings they are, for the message.
+void check_same_across_ranks(Communicator& comm, const std::map<std::string, std::string>& values,
+                             const std::string& what = "the settings");
+
+// check_same_across_ranks over the names, dtypes and shapes of a module's state (a
+// collective): a replica built with another model stops with an error naming the
+// tensor and both shapes, before a broadcast of mismatched sizes could hang or corrupt.
+void check_same_layout_across_ranks(Communicator& comm, const NamedTensors& state,
+                                    const std::string& what);
+
+// A collective: every rank says whether it goes on (nullopt) or leaves now with an exit
+// code (an argument error, --help). If any rank leaves, all do: the result is the code
+// this rank should return (its own, or the first leaving rank's for the others, who
+// print which rank left); nullopt when every rank goes on. A rank that simply returned
+// would leave the others waiting in their first collective until the watchdog fires.
+std::optional<int> agree_to_start(Communicator& comm, std::optional<int> exit_code);
 
 // A world of one: every collective leaves its tensor as it is.
 std::unique_ptr<Communicator> make_single_communicator();

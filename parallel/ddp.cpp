@@ -164,8 +164,10 @@ namespace {
 
 // 1. Every replica starts from rank 0's values (parameters and buffers).
 void broadcast_from_rank0(nn::Module& module, Communicator& comm) {
+  const NamedTensors named = module.state_dict();
+  check_same_layout_across_ranks(comm, named, "the model (DistributedDataParallel's replicas)");
   std::vector<Tensor> state;
-  for (auto& [name, t] : module.state_dict()) state.push_back(t);
+  for (auto& [name, t] : named) state.push_back(t);
   broadcast_tensors(comm, state, 0);
 }
 

@@ -345,8 +345,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& module, Communica
   s.comm = &comm;
   s.options = std::move(options);
   s.sync = &sync_;
+  const NamedTensors named = module.state_dict();
+  check_same_layout_across_ranks(comm, named, "the model (FSDP's replicas)");
   std::vector<Tensor> everything;  // every replica starts from rank 0's values, as in DDP
-  for (auto& [name, t] : module.state_dict()) everything.push_back(t);
+  for (auto& [name, t] : named) everything.push_back(t);
   broadcast_tensors(comm, everything, 0);
   make_units(s, module);             // 1.
   register_hooks(s, module, state_);  // 2., 3. (4. runs at the end of each backward)

@@ -55,7 +55,7 @@ close "fsdp, dp 1 x cp 2" "$reference" "$(losses --strategy fsdp --dp 1 --cp 2 -
 close "ddp, tp 2" "$reference" "$(losses --dp 1 --tp 2 --batch-size 8)" || status=1
 close "ddp, pp 2 x tp 2 (world 4)" "$reference" \
   "$(losses -n 4 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4)" || status=1
-"$rgrun" -n 2 "$gpt" "${small[@]}" --strategy fsdp --save "$dir/ckpt" --stop-at 10 \
+"$rgrun" -n 2 "$gpt" "${small[@]}" --strategy fsdp --save "$dir/ckpt" --max-steps 10 \
   > "$dir/save.log" 2>&1 || { cat "$dir/save.log" >&2; echo "FAILED: fsdp --save" >&2; exit 1; }
 close "fsdp 10 steps, zero2 resumes" "$reference" "$(losses --strategy zero2 --resume "$dir/ckpt")" || status=1
 [ $status -eq 0 ] || echo "FAILED: a strategy's losses differ from DDP's" >&2

@@ -72,14 +72,15 @@ TEST_CASE("communicator: RINGGRAD_COMM_TIMEOUT_S is parsed strictly") {
     CHECK(par::comm_timeout_seconds() == 300.0);
   }
   for (auto [text, want] : std::vector<std::pair<const char*, double>>{
-           {"0", 0.0}, {"2.5", 2.5}, {"600", 600.0}, {"1e2", 100.0}}) {
+           {"off", 0.0}, {"2.5", 2.5}, {"600", 600.0}, {"1e2", 100.0}}) {
     ScopedEnv env("RINGGRAD_COMM_TIMEOUT_S", text);
     CHECK(par::comm_timeout_seconds() == want);
   }
-  for (const char* bad : {"", "abc", "10s", "-1", "nan", "inf", "1e999", " 5x"}) {
+  // 0 used to mean "no limit": now only the word does, so a typo cannot switch it off.
+  for (const char* bad : {"", "0", "0.0", "abc", "10s", "-1", "nan", "inf", "1e999", " 5x", "OFF"}) {
     ScopedEnv env("RINGGRAD_COMM_TIMEOUT_S", bad);
     std::string err = error_of([] { par::comm_timeout_seconds(); });
-    CHECK_CONTAINS(err, "[RINGGRAD_COMM_TIMEOUT_S] expected a number of seconds >= 0");
+    CHECK_CONTAINS(err, "[RINGGRAD_COMM_TIMEOUT_S] expected a number of seconds > 0, or 'off'");
     CHECK_CONTAINS(err, std::string("got '") + bad + "'");
   }
 }

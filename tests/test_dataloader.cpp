@@ -150,6 +150,24 @@ TEST_CASE("data: DataLoader shuffle visits every example once per epoch, seeded 
   for (auto& [x, y] : loader) test::check_close(x.select(1, 0), y.to(rg::kFloat32).tolist<double>());
 }
 
+TEST_CASE("data: DataLoader::starting_at continues an epoch where a resumed run left it") {
+  rg::data::TensorDataset ds = indexed_dataset(103);
+  rg::data::DataLoader loader(ds, {.batch_size = 10, .shuffle = true, .seed = 5});
+  loader.set_epoch(2);
+  const std::vector<int64_t> whole = epoch_order(loader);
+  for (int64_t first : {0, 1, 4, 10, 11}) {
+    std::vector<int64_t> rest;
+    for (const auto& [x, y] : loader.starting_at(first))
+      for (int64_t v : y.tolist<int64_t>()) rest.push_back(v);
+    // the same order as the whole epoch's, minus its first `first` batches
+    const size_t skipped = std::min<size_t>(static_cast<size_t>(first) * 10, whole.size());
+    CHECK(rest == std::vector<int64_t>(whole.begin() + static_cast<std::ptrdiff_t>(skipped), whole.end()));
+  }
+  CHECK(error_of([&] { loader.starting_at(12); }).find("expected a batch in [0, 11]") !=
+        std::string::npos);
+  CHECK(error_of([&] { loader.starting_at(-1); }).find("got -1") != std::string::npos);
+}
+
 TEST_CASE("data: DataLoader with a caller's sampler") {
   rg::data::TensorDataset ds = indexed_dataset(12);
 

@@ -47,11 +47,23 @@ void MpiWork::wait() {
       // job forever. End every rank now, saying who gave up on what. (Called
       // from this thread while the communication thread may be inside MPI:
       // MPI_Abort is the one call that must work from anywhere.)
+      std::string what = op_;
+      if (seq > 0) what += " (collective #" + std::to_string(seq) + " on its communicator)";
+      if (peer >= 0) what += std::string(" (") + (what.rfind("send", 0) == 0 ? "to" : "from") +
+                             " rank " + std::to_string(info_->progress && static_cast<size_t>(peer) <
+                                                       info_->progress->world_rank.size()
+                                                           ? info_->progress->world_rank[peer]
+                                                           : peer) +
+                             ")";
+      std::string who = "another rank has probably failed or stalled";
+      if (seq > 0 && info_->progress) {
+        std::string missing = info_->progress->missing(seq, info_->comm_rank);
+        if (!missing.empty()) who = "ranks that have not reached it: " + missing;
+      }
       std::fprintf(stderr,
                    "[rank %d/%d] error: %s did not complete within %g s "
-                   "(RINGGRAD_COMM_TIMEOUT_S); another rank has probably failed. "
-                   "Aborting the job.\n",
-                   info_->rank, info_->size, op_, info_->timeout_s);
+                   "(RINGGRAD_COMM_TIMEOUT_S); %s. Aborting the job.\n",
+                   info_->rank, info_->size, what.c_str(), info_->timeout_s, who.c_str());
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -64,12 +76,85 @@ bool MpiWork::is_completed() {
   return future_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
+// ---- the progress table ----
+
+std::shared_ptr<ProgressTable> ProgressTable::create(MPI_Comm comm) {
+  static_assert(sizeof(std::atomic<int64_t>) == sizeof(int64_t));
+  auto table = std::make_shared<ProgressTable>();
+  int size = 0, rank = 0;
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_rank(comm, &rank);
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &table->node) != MPI_SUCCESS)
+    return nullptr;
+  int64_t* base = nullptr;
+  if (MPI_Win_allocate_shared(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, table->node, &base,
+                              &table->window) != MPI_SUCCESS) {
+    MPI_Comm_free(&table->node);
+    return nullptr;
+  }
+  *base = 0;
+  table->mine = base;
+  // Which slot is whose: the node's ranks translated to the communicator's and the job's.
+  int node_size = 0;
+  MPI_Comm_size(table->node, &node_size);
+  MPI_Group node_group, comm_group, world_group;
+  MPI_Comm_group(table->node, &node_group);
+  MPI_Comm_group(comm, &comm_group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  std::vector<int> node_ranks(static_cast<size_t>(node_size)), in_comm(node_ranks.size());
+  for (int i = 0; i < node_size; ++i) node_ranks[static_cast<size_t>(i)] = i;
+  MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(), comm_group, in_comm.data());
+  table->slots.assign(static_cast<size_t>(size), nullptr);
+  for (int i = 0; i < node_size; ++i) {
+    MPI_Aint bytes = 0;
+    int unit = 0;
+    int64_t* slot = nullptr;
+    MPI_Win_shared_query(table->window, i, &bytes, &unit, &slot);
+    table->slots[static_cast<size_t>(in_comm[static_cast<size_t>(i)])] =
+        reinterpret_cast<std::atomic<int64_t>*>(slot);
+  }
+  std::vector<int> comm_ranks(static_cast<size_t>(size));
+  table->world_rank.resize(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) comm_ranks[static_cast<size_t>(i)] = i;
+  MPI_Group_translate_ranks(comm_group, size, comm_ranks.data(), world_group, table->world_rank.data());
+  MPI_Group_free(&node_group);
+  MPI_Group_free(&comm_group);
+  MPI_Group_free(&world_group);
+  MPI_Win_fence(0, table->window);  // every slot is 0 before anyone reads it
+  return table;
+}
+
+std::string ProgressTable::missing(int64_t seq, int self) const {
+  std::string out;
+  int elsewhere = 0;
+  for (size_t r = 0; r < slots.size(); ++r) {
+    if (static_cast<int>(r) == self) continue;
+    if (!slots[r]) {
+      ++elsewhere;
+      continue;
+    }
+    const int64_t at = slots[r]->load(std::memory_order_acquire);
+    if (at >= seq) continue;
+    if (!out.empty()) out += ", ";
+    out += "rank " + std::to_string(world_rank[r]) +
+           (at == 0 ? " (no collective yet)" : " (at collective #" + std::to_string(at) + ")");
+  }
+  if (out.empty() && elsewhere > 0)
+    return "none on this host; " + std::to_string(elsewhere) + " rank(s) on other hosts, not visible from here";
+  if (!out.empty() && elsewhere > 0)
+    out += "; " + std::to_string(elsewhere) + " rank(s) on other hosts not visible from here";
+  return out;
+}
+
 // ---- the thread ----
 
 void CommThread::push(Op op) {
   if (trace::enabled()) op.queued_ns = trace::now_ns();
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Collectives are numbered in the order they are issued, which every rank shares.
+    if (op.peer < 0) op.work->seq = ++collectives_;
+    op.work->peer = op.peer;
     queue_.push_back(std::move(op));
   }
   wake_.notify_one();
@@ -132,6 +217,9 @@ void CommThread::start(Op op) {
         if (op.queued_ns > 0) span.add(trace::arg("queued_ms", queued_ms));
         span.add(trace::arg("bytes", static_cast<double>(op.bytes)));
       }
+      if (progress_table && progress_table->mine && op.work->seq > 0)  // "I have reached collective #seq"
+        reinterpret_cast<std::atomic<int64_t>*>(progress_table->mine)->store(op.work->seq,
+                                                                       std::memory_order_release);
       request = op.run();
     }
     if (request == MPI_REQUEST_NULL) {

@@ -24,6 +24,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -51,10 +52,31 @@ namespace ringgrad::parallel::mpi {
       ::ringgrad::parallel::mpi::throw_mpi(op, rg_mpi_code_, #fn, __FILE__, __LINE__); \
   } while (0)
 
+// How far each rank of a communicator has got: slot i holds the number of the last
+// collective that rank i of the communicator has entered (1, 2, … in issue order, the
+// same numbering on every rank). It lives in memory shared by the ranks on one host
+// (MPI_Win_allocate_shared), so a rank whose wait times out reads its peers' progress
+// without calling MPI — NCCL's flight recorder has the same idea — and names the ranks
+// that never arrived. Ranks on other hosts are not in it (null slots).
+struct ProgressTable {
+  std::vector<std::atomic<int64_t>*> slots;  // by rank in the communicator; null: another host
+  std::vector<int> world_rank;               // rank in the communicator -> rank in the job
+  int64_t* mine = nullptr;                   // this rank's slot
+  MPI_Win window = MPI_WIN_NULL;             // freed with the communicator
+  MPI_Comm node = MPI_COMM_NULL;
+  // Made on the communication thread (a collective on comm); null if MPI cannot.
+  static std::shared_ptr<ProgressTable> create(MPI_Comm comm);
+  // "rank 1 (at collective 55), rank 3 (none yet)" for the ranks before collective `seq`;
+  // "" when every rank on this host has reached it.
+  std::string missing(int64_t seq, int self) const;
+};
+
 // What a Work needs to report a timeout: who we are and how long to wait.
 struct WatchdogInfo {
   int rank = 0, size = 1;
   double timeout_s = 300.0;  // <= 0: wait forever
+  std::shared_ptr<ProgressTable> progress;  // null: no view of the peers
+  int comm_rank = 0;                        // this rank in the communicator
 };
 
 // A promise that the communication thread fulfils.
@@ -68,6 +90,8 @@ class MpiWork : public Work {
   void wait() override;
   bool is_completed() override;
   const char* op() const { return op_; }
+  int64_t seq = 0;  // a collective's number on its communicator (1, 2, …); 0: send/recv
+  int peer = -1;    // send/recv: the other rank (in the communicator)
 
   void succeed() { promise_.set_value(); }
   void fail_with(std::exception_ptr e) { promise_.set_exception(e); }
@@ -117,6 +141,10 @@ class CommThread {
   bool poll();  // whether any operation finished
 
   MPI_Comm comm_;
+  int64_t collectives_ = 0;  // numbered in push() (guarded by mutex_), published in start()
+ public:
+  std::shared_ptr<ProgressTable> progress_table;  // set once, before the first collective
+ private:
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Op> queue_;                               // guarded by mutex_

@@ -111,11 +111,20 @@ class MpiCommunicator : public Communicator {
     MPI_Comm_rank(MPI_COMM_WORLD, &info->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &info->size);
     info->timeout_s = comm_timeout_seconds();
+    info->comm_rank = rank_;
     info_ = info;
     // The thread shares ownership of its state, so that if we must leave it
     // running (see the destructor) it never touches freed memory.
     thread_state_ = std::make_shared<CommThread>(comm);
     thread_ = std::thread([state = thread_state_] { state->loop(); });
+    // Collective #1: the table of every rank's progress, for the watchdog's message.
+    std::shared_ptr<mpi::ProgressTable> table;
+    enqueue(new_work("progress table"), 0, -1, [&table, comm] {
+      table = mpi::ProgressTable::create(comm);
+      return MPI_REQUEST_NULL;
+    })->wait();
+    info->progress = table;
+    thread_state_->progress_table = table;  // read by the thread from its next operation on
   }
 
   ~MpiCommunicator() override {
@@ -137,6 +146,10 @@ class MpiCommunicator : public Communicator {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;  // the program finalised MPI itself
+    if (auto& table = thread_state_->progress_table) {  // collectives: every rank frees its own
+      MPI_Win_free(&table->window);
+      MPI_Comm_free(&table->node);
+    }
     MPI_Comm comm = thread_state_->comm();
     MPI_Comm_free(&comm);
     if (owns_mpi_) MPI_Finalize();

@@ -48,7 +48,7 @@
 //   through the bootstrap communicator (MPI_Abort), as the MPI backend's
 //   watchdog does; in a world of one the next operation on this communicator
 //   throws the reason. barrier() and shutdown still wait on the host.
-//   RINGGRAD_COMM_TIMEOUT_S=0: no watchdog, no time limit.
+//   RINGGRAD_COMM_TIMEOUT_S=off: no watchdog, no time limit.
 #include "ringgrad/parallel/nccl/nccl_communicator.h"
 
 #include <nccl.h>

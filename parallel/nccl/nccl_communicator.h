@@ -15,7 +15,7 @@
 // groups (ncclGroupStart/End), so a ring exchange cannot deadlock; wait() orders
 // the compute stream after the operation without blocking the host, and a
 // watchdog thread aborts the NCCL communicator (and the job) when an operation
-// fails or lasts longer than RINGGRAD_COMM_TIMEOUT_S seconds (default 300; 0:
+// fails or lasts longer than RINGGRAD_COMM_TIMEOUT_S seconds (default 300; off:
 // no watchdog), naming the operation and the rank, instead of hanging.
 //
 // This header keeps <nccl.h> out: a build without NCCL (or without CUDA) links

@@ -5,7 +5,8 @@
 //   ddp:       wrapped in DistributedDataParallel, on its own B samples.
 // After several Adam steps the DDP copy must equal the reference to 1e-5, on
 // every rank. Also checked: gradient accumulation under no_sync(), the error
-// for a parameter without a gradient, and find_unused_parameters.
+// for a parameter without a gradient, find_unused_parameters, and replicas of different
+// models refused with an error naming the tensor and both shapes.
 // Prints "N passed, M failed" (one line per rank) and exits non-zero on failure.
 #include <ringgrad/parallel/ddp.h>
 #include <ringgrad/parallel/world.h>
@@ -94,6 +95,25 @@ int main(int argc, char** argv) {
                   as_view ? "grad as bucket view" : "grad copies, accumulating", ddp.num_buckets(), d);
     check(d <= 1e-5,
           "DDP equals one process with the global batch (max diff " + std::to_string(d) + ")",
+          rank);
+  }
+
+  if (n > 1) {  // --- replicas built from different models: an error naming the tensor, at once
+    struct Wide : rg::nn::Module {
+      rg::nn::Linear fc1;
+      explicit Wide(int64_t width) : fc1(6, width) { register_module("fc1", fc1); }
+    } model(rank == n - 1 ? 17 : 16);  // the last rank's is wider
+    std::string what;
+    try {
+      rg::parallel::DistributedDataParallel ddp(model, world.communicator());
+    } catch (const rg::Error& e) {
+      what = e.what();
+    }
+    const std::string want = "fc1.bias is 'float32 [16]' on rank 0 and 'float32 [17]' on rank " +
+                             std::to_string(n - 1);
+    check(what.find(want) != std::string::npos,
+          "DDP over different models: every rank's error names the tensor and both shapes (got '" +
+              what + "')",
           rank);
   }
 

@@ -1,0 +1,88 @@
+// checkpointing.h — the examples' --save, --save-every, --resume and --max-steps.
+//
+//   Checkpointing ckpt;                    // before parsing: registers the four options
+//   ckpt.add_options(app);
+//   ...
+//   rg::TrainProgress at = ckpt.resume(model, opt, world_size, run_settings);  // {0,0,0} if none
+//   for (epoch = at.epoch; ...) for (batch : loader.starting_at(...)) {
+//     ...one step...
+//     if (ckpt.should_stop(step)) break;   // --max-steps
+//     if (ckpt.due(step)) save(...)        // every --save-every steps
+//   }
+//
+// A checkpoint is one file (optim/checkpoint.h): model, optimizer, schedule, generators,
+// and where the run was — its step, epoch and the batches of that epoch already taken —
+// so `--resume` continues exactly where the save was made: a run killed at any moment and
+// resumed from its last checkpoint ends with the same bits as one never interrupted
+// (tests/check_resume.sh does exactly that with kill -9). The settings that define the
+// run (batch size, learning rate, seed, …) are saved with it and must match on resume.
+#pragma once
+
+#include <ringgrad/ringgrad.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <map>
+#include <string>
+
+struct Checkpointing {
+  std::string save_path, resume_path;
+  int64_t save_every = 0;  // steps between saves; 0: only at the end
+  int64_t max_steps = 0;   // stop after this many steps in all; 0: no limit
+
+  void add_options(CLI::App& app) {
+    app.add_option("--save", save_path,
+                   "write a checkpoint (model, optimizer, progress) to PATH at the end");
+    app.add_option("--save-every", save_every, "also every N steps (with --save)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--resume", resume_path, "continue exactly where the checkpoint at PATH left off");
+    app.add_option("--max-steps", max_steps, "stop after this many steps in all (0: no limit)")
+        ->check(CLI::NonNegativeNumber);
+  }
+
+  // Errors that a long run would otherwise meet only at its first save.
+  void check() const {
+    RG_CHECK(save_every == 0 || !save_path.empty(), "--save-every",
+             "expected --save PATH to say where to write");
+  }
+
+  // Where a run is after `step` steps, `batch` of them in epoch `epoch` (of `per_epoch`
+  // batches): a finished epoch is recorded as the next one's start.
+  static ringgrad::TrainProgress progress(int64_t step, int64_t epoch, int64_t batch,
+                                          int64_t per_epoch) {
+    if (batch >= per_epoch) return {.step = step, .epoch = epoch + 1, .batch = 0};
+    return {.step = step, .epoch = epoch, .batch = batch};
+  }
+
+  bool should_stop(int64_t step) const { return max_steps > 0 && step >= max_steps; }
+  bool due(int64_t step) const { return !save_path.empty() && save_every > 0 && step % save_every == 0; }
+
+  // Reads --resume's checkpoint (when given), checks it belongs to this run (the world
+  // size and every setting in `run`), and restores model, optimizer, schedule and the
+  // default generator. Returns where to continue; {0, 0, 0} without --resume.
+  ringgrad::TrainProgress resume(ringgrad::nn::Module& model, ringgrad::optim::Optimizer& opt,
+                                 int world_size, const std::map<std::string, std::string>& run,
+                                 ringgrad::optim::LRSchedule* schedule = nullptr,
+                                 ringgrad::Checkpoint* loaded = nullptr) const {
+    if (resume_path.empty()) return {};
+    ringgrad::Checkpoint c = ringgrad::load_checkpoint(resume_path);
+    ringgrad::check_run(c, world_size, run);
+    ringgrad::restore(c, model, opt, schedule);
+    if (loaded) *loaded = c;
+    return c.progress;
+  }
+
+  // Writes the checkpoint (call it on the rank that writes: rank 0).
+  void save(const ringgrad::nn::Module& model, const ringgrad::optim::Optimizer& opt,
+            ringgrad::TrainProgress at, int world_size,
+            const std::map<std::string, std::string>& run,
+            const ringgrad::optim::LRSchedule* schedule = nullptr,
+            const std::map<std::string, ringgrad::Generator>& generators = {}) const {
+    ringgrad::Checkpoint c = ringgrad::capture(model, opt, schedule);
+    c.progress = at;
+    c.world_size = world_size;
+    c.run = run;
+    for (const auto& [name, g] : generators) c.generators[name] = g;
+    ringgrad::save_checkpoint(c, save_path);
+  }
+};

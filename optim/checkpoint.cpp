@@ -1,0 +1,223 @@
+// checkpoint.cpp — one file per checkpoint: prefixes, metadata, strict parsing.
+#include "ringgrad/optim/checkpoint.h"
+
+#include <signal.h>
+
+#include <cerrno>
+#include <charconv>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+
+namespace ringgrad {
+
+namespace {
+
+constexpr const char* kFormat = "ringgrad-checkpoint";
+constexpr const char* kVersion = "1";
+constexpr const char* kModel = "model.";
+constexpr const char* kOptim = "optim.";
+constexpr const char* kRun = "run.";
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// An integer in [low, high] from a metadata value: all of it a number, nothing else.
+int64_t parse_int(const std::string& path, const std::string& key, const std::string& text,
+                  int64_t low, int64_t high) {
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  RG_CHECK(ec == std::errc() && end == text.data() + text.size() && value >= low && value <= high,
+           "load_checkpoint", "'", path, "': expected ", key, " to be an integer in [", low, ", ",
+           high, "], got '", text, "'");
+  return value;
+}
+
+uint64_t parse_u64(const std::string& path, const std::string& key, const std::string& text) {
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  RG_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(),
+           "load_checkpoint", "'", path, "': expected ", key,
+           " to be an unsigned 64-bit integer, got '", text, "'");
+  return value;
+}
+
+const std::string& required(const std::map<std::string, std::string>& meta,
+                            const std::string& path, const std::string& key) {
+  auto it = meta.find(key);
+  RG_CHECK(it != meta.end(), "load_checkpoint", "'", path, "': expected metadata key '", key,
+           "' (is it a ringgrad checkpoint? write one with save_checkpoint)");
+  return it->second;
+}
+
+bool process_alive(long pid) {
+  if (pid <= 0 || pid > std::numeric_limits<pid_t>::max()) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+}  // namespace
+
+Checkpoint capture(const nn::Module& model, const optim::Optimizer& optimizer,
+                   const optim::LRSchedule* schedule) {
+  Checkpoint c;
+  c.model = model.state_dict();
+  c.optimizer = optimizer.state_dict(&c.optimizer_meta);
+  c.schedule_steps = schedule ? schedule->steps() : -1;
+  c.generators["default"] = default_generator();
+  return c;
+}
+
+int remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code ec;
+  int removed = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!starts_with(name, prefix)) continue;
+    // The writer's pid follows the prefix: a save in progress (alive) is left alone.
+    const std::string digits = name.substr(prefix.size());
+    long pid = 0;
+    auto [end_ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (err != std::errc() || end_ptr != digits.data() + digits.size()) continue;  // not ours
+    if (process_alive(pid)) continue;
+    std::error_code remove_error;
+    if (fs::remove(it->path(), remove_error)) ++removed;
+  }
+  return removed;
+}
+
+void save_checkpoint(const Checkpoint& c, const std::string& path) {
+  remove_stale_temporaries(path);
+  NamedTensors tensors;
+  tensors.reserve(c.model.size() + c.optimizer.size());
+  for (const auto& [key, t] : c.model) tensors.emplace_back(kModel + key, t);
+  for (const auto& [key, t] : c.optimizer) tensors.emplace_back(kOptim + key, t);
+  std::map<std::string, std::string> meta{
+      {"format", kFormat},
+      {"version", kVersion},
+      {"step", std::to_string(c.progress.step)},
+      {"epoch", std::to_string(c.progress.epoch)},
+      {"batch", std::to_string(c.progress.batch)},
+      {"world_size", std::to_string(c.world_size)},
+  };
+  if (c.schedule_steps >= 0) meta["schedule.steps"] = std::to_string(c.schedule_steps);
+  for (const auto& [key, value] : c.optimizer_meta) meta[kOptim + key] = value;
+  for (const auto& [key, value] : c.run) meta[kRun + key] = value;
+  for (const auto& [name, g] : c.generators) {
+    meta["rng." + name + ".seed"] = std::to_string(g.seed());
+    meta["rng." + name + ".offset"] = std::to_string(g.offset());
+  }
+  save_safetensors(tensors, path, meta);
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  remove_stale_temporaries(path);
+  std::map<std::string, std::string> meta;
+  NamedTensors tensors = load_safetensors(path, &meta);
+  const std::string& format = required(meta, path, "format");
+  RG_CHECK(format == kFormat, "load_checkpoint", "'", path, "': expected format '", kFormat,
+           "', got '", format,
+           "' (a model-only file loads with nn::load; a checkpoint is written by save_checkpoint)");
+  const std::string& version = required(meta, path, "version");
+  RG_CHECK(version == kVersion, "load_checkpoint", "'", path, "': expected version ", kVersion,
+           ", got '", version, "' (written by another version of ringgrad)");
+
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  Checkpoint c;
+  c.source = path;
+  c.progress.step = parse_int(path, "step", required(meta, path, "step"), 0, kMax);
+  c.progress.epoch = parse_int(path, "epoch", required(meta, path, "epoch"), 0, kMax);
+  c.progress.batch = parse_int(path, "batch", required(meta, path, "batch"), 0, kMax);
+  c.world_size = static_cast<int>(
+      parse_int(path, "world_size", required(meta, path, "world_size"), 1, 1 << 24));
+  if (auto it = meta.find("schedule.steps"); it != meta.end())
+    c.schedule_steps = parse_int(path, "schedule.steps", it->second, 0, kMax);
+
+  for (const auto& [key, value] : meta) {
+    if (starts_with(key, kOptim)) {
+      c.optimizer_meta[key.substr(6)] = value;
+    } else if (starts_with(key, kRun)) {
+      c.run[key.substr(4)] = value;
+    } else if (starts_with(key, "rng.")) {
+      // rng.<name>.seed / rng.<name>.offset; the name may itself contain dots
+      const size_t dot = key.rfind('.');
+      const std::string name = key.substr(4, dot - 4), field = key.substr(dot + 1);
+      RG_CHECK(dot > 4 && (field == "seed" || field == "offset"), "load_checkpoint", "'", path,
+               "': expected rng.<name>.seed or rng.<name>.offset, got key '", key, "'");
+      Generator& g = c.generators[name];
+      const uint64_t v = parse_u64(path, key, value);
+      if (field == "seed") {
+        const uint64_t offset = g.offset();
+        g = Generator(v);
+        g.advance(offset);
+      } else {
+        g = Generator(g.seed());
+        g.advance(v);
+      }
+    }
+  }
+  for (const auto& [name, g] : c.generators)
+    for (const char* field : {".seed", ".offset"})
+      required(meta, path, "rng." + name + field);
+
+  for (auto& [key, t] : tensors) {
+    if (starts_with(key, kModel)) {
+      c.model.emplace_back(key.substr(6), std::move(t));
+    } else if (starts_with(key, kOptim)) {
+      c.optimizer.emplace_back(key.substr(6), std::move(t));
+    } else {
+      fail("load_checkpoint", "'", path, "': expected tensors named model.<key> or optim.<key>, got '",
+           key, "'");
+    }
+  }
+  RG_CHECK(!c.model.empty(), "load_checkpoint", "'", path, "': expected the model's tensors (model.<key>), found none");
+  RG_CHECK(!c.optimizer_meta.empty(), "load_checkpoint", "'", path,
+           "': expected the optimizer's state (optim.<key> metadata), found none");
+  return c;
+}
+
+void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer& optimizer,
+             optim::LRSchedule* schedule) {
+  const std::string where = c.source.empty() ? std::string("checkpoint") : "'" + c.source + "'";
+  // The optimizer first: its load is all or nothing, so a checkpoint that fits neither
+  // leaves both as they were.
+  try {
+    optimizer.load_state_dict(c.optimizer, c.optimizer_meta);
+  } catch (const Error& e) {
+    fail("restore", where, ": the optimizer's state does not fit: ", e.what());
+  }
+  try {
+    model.load_state_dict(c.model, /*strict=*/true);
+  } catch (const Error& e) {
+    fail("restore", where, ": the model's state does not fit: ", e.what());
+  }
+  if (schedule) {
+    RG_CHECK(c.schedule_steps >= 0, "restore", where,
+             ": expected a learning-rate schedule's state (schedule.steps), found none");
+    schedule->resume_at(c.schedule_steps);
+  }
+  if (auto it = c.generators.find("default"); it != c.generators.end())
+    default_generator() = it->second;
+}
+
+void check_run(const Checkpoint& c, int world_size,
+               const std::map<std::string, std::string>& run) {
+  const std::string where = c.source.empty() ? std::string("checkpoint") : "'" + c.source + "'";
+  RG_CHECK(c.world_size == world_size, "resume", where, " was written by ", c.world_size,
+           " rank(s); this run has ", world_size,
+           " (an exact resume needs the same world: start it with ", c.world_size, " rank(s))");
+  for (const auto& [key, value] : run) {
+    auto it = c.run.find(key);
+    RG_CHECK(it != c.run.end(), "resume", where, ": expected setting '", key,
+             "' in the checkpoint, found none (saved by another program?)");
+    RG_CHECK(it->second == value, "resume", where, " was saved with ", key, " = ", it->second,
+             ", this run has ", key, " = ", value,
+             ": resume with the same setting (another value would be another run)");
+  }
+}
+
+}  // namespace ringgrad

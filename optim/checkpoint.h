@@ -1,0 +1,104 @@
+// checkpoint.h — a training run's checkpoint: one file, written as one piece.
+//
+//   rg::Checkpoint ckpt = rg::capture(model, opt, &schedule);   // weights, Adam state, lr schedule
+//   ckpt.progress = {.step = step, .epoch = epoch, .batch = batch};
+//   ckpt.world_size = world.size();
+//   ckpt.generators["default"] = rg::default_generator();        // dropout, init
+//   rg::save_checkpoint(ckpt, "run.ckpt");
+//   ...
+//   rg::Checkpoint ckpt = rg::load_checkpoint("run.ckpt");
+//   rg::restore(ckpt, model, opt, &schedule);                     // and the default generator
+//   for (epoch = ckpt.progress.epoch; ...) for (batch : loader.starting_at(ckpt.progress.batch)) ...
+//
+// What PyTorch users write as torch.save({"model": …, "optimizer": …, "epoch": …}, path).
+// Everything a run needs to continue exactly where it was lies in one safetensors file:
+//
+//   tensors   "model.<key>"  the model's state_dict      "optim.<key>"  the optimizer's
+//   metadata  format=ringgrad-checkpoint, version=1
+//             step, epoch, batch                          where the run was (TrainProgress)
+//             world_size                                  how many ranks wrote it
+//             rng.<name>.seed, rng.<name>.offset          each named Generator's state
+//             optim.<key>                                 the optimizer's metadata (lr, steps…)
+//             schedule.steps                              the LR schedule's position (if any)
+//             run.<key>                                   what defines the run (batch size, seed…)
+//
+// One file, renamed into place only once it is whole on disk (save_safetensors), so a
+// crash or kill -9 at any moment leaves either the previous checkpoint or the new one —
+// never a model from one step beside an optimizer from another, which two files renamed
+// one after the other can. (Several files — a sharded checkpoint — would need a manifest
+// written last; every strategy here gathers its state on one rank first, so one file does.)
+// A killed save leaves PATH.tmp.<pid>; the next save or load of PATH removes those whose
+// process is gone (remove_stale_temporaries).
+//
+// Loading checks what it reads: the format and version, every number in the metadata
+// (parsed strictly; errors name the file, the key and the value), and that the model and
+// optimizer parts are both there. restore() checks that the checkpoint fits the run it is
+// restored into (names, shapes and dtypes of the model; the optimizer's groups), and
+// check_run() that the run's defining settings are the ones it was saved with.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "ringgrad/core/factory.h"
+#include "ringgrad/core/safetensors.h"
+#include "ringgrad/nn/module.h"
+#include "ringgrad/optim/optimizer.h"
+#include "ringgrad/optim/schedule.h"
+
+namespace ringgrad {
+
+// Where a training loop was when it saved: resume at `step` (optimizer steps taken in
+// all), in epoch `epoch`, after its first `batch` batches (0: the epoch's start).
+struct TrainProgress {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  bool operator==(const TrainProgress&) const = default;
+};
+
+struct Checkpoint {
+  NamedTensors model;                                    // model.state_dict()
+  NamedTensors optimizer;                                // optimizer.state_dict(&optimizer_meta)
+  std::map<std::string, std::string> optimizer_meta;
+  int64_t schedule_steps = -1;                           // LRSchedule::steps(); -1: no schedule
+  TrainProgress progress;
+  int world_size = 1;
+  std::map<std::string, Generator> generators;           // by name: "default", "data", …
+  std::map<std::string, std::string> run;                // the run's defining settings
+  std::string source;                                    // the file it was loaded from (errors)
+};
+
+// The model's, optimizer's and (when given) the schedule's state, and the default
+// generator's under "default". The caller fills in progress, world_size and run.
+// For sharded strategies, gather the whole states first (FSDP's full_state_dict,
+// ZeRO's consolidate_state_dict) and fill model/optimizer directly.
+Checkpoint capture(const nn::Module& model, const optim::Optimizer& optimizer,
+                   const optim::LRSchedule* schedule = nullptr);
+
+// Writes `checkpoint` to `path` as one file, atomically (see above).
+void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
+
+// Reads and checks a checkpoint file; errors name the file, the key and the value.
+Checkpoint load_checkpoint(const std::string& path);
+
+// Puts a checkpoint's state back: the model's (strict: every name, shape and dtype),
+// the optimizer's, the schedule's (when given) and the default generator's. An error
+// names the file and what does not fit; the program should then stop (the optimizer's
+// load is all or nothing, but the model's comes after it).
+void restore(const Checkpoint& checkpoint, nn::Module& model, optim::Optimizer& optimizer,
+             optim::LRSchedule* schedule = nullptr);
+
+// Errors unless the checkpoint was written by `world_size` ranks with these settings
+// (each key of `run`; keys the checkpoint lacks are errors too), naming the first
+// that differs with both values: resuming under other settings would be another run.
+void check_run(const Checkpoint& checkpoint, int world_size,
+               const std::map<std::string, std::string>& run);
+
+// Removes PATH.tmp.<pid> files left by saves that were killed (their process is gone
+// from this host). Returns how many it removed. Called by save_checkpoint and
+// load_checkpoint; a program may call it at start-up.
+int remove_stale_temporaries(const std::string& path);
+
+}  // namespace ringgrad

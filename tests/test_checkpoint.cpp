@@ -1,0 +1,213 @@
+// test_checkpoint.cpp — a training checkpoint as one file: a resumed run equals the
+// straight one bit for bit, mismatches and damage are clear errors, and the temporary
+// files of killed saves are cleaned up. (The examples' kill -9 and resume runs are
+// tests/check_resume.sh.)
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <ringgrad/ringgrad.h>
+
+#include "test_helpers.h"
+
+using test::contains;
+using test::error_of;
+
+namespace {
+
+// A small model with dropout, so the generator's state matters to the result.
+struct Net : rg::nn::Module {
+  rg::nn::Linear fc1{4, 8}, fc2{8, 3};
+  rg::nn::Dropout drop{0.3};
+  Net() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("drop", drop);
+  }
+  rg::Tensor forward(const rg::Tensor& x) { return fc2(drop(rg::relu(fc1(x)))); }
+};
+
+// One step of a fixed regression, the batch drawn from `data` (its own generator).
+void train_step(Net& net, rg::optim::Optimizer& opt, rg::optim::LRSchedule& schedule,
+                rg::Generator& data) {
+  rg::Tensor x = rg::randn({5, 4}, {}, &data);
+  rg::Tensor y = rg::randn({5, 3}, {}, &data);
+  opt.zero_grad();
+  rg::Tensor loss = rg::nn::mse_loss(net.forward(x), y);
+  loss.backward();
+  opt.step();
+  schedule.step();
+}
+
+bool same_bits(const rg::NamedTensors& a, const rg::NamedTensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const rg::Tensor x = a[i].second.contiguous(), y = b[i].second.contiguous();
+    if (a[i].first != b[i].first || x.shape() != y.shape() || x.dtype() != y.dtype() ||
+        std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a run saved, restored into fresh objects and continued equals the straight run") {
+  test::TempDir dir;
+  const std::string path = dir / "run.ckpt";
+  auto make = [](Net& net) {
+    return rg::optim::AdamW(net.parameters(), {.lr = 1e-2, .weight_decay = 0.01});
+  };
+
+  // Straight: 10 steps.
+  rg::manual_seed(3);
+  Net straight;
+  rg::optim::AdamW opt = make(straight);
+  rg::optim::WarmupCosine schedule(opt, {.warmup_steps = 3, .total_steps = 10});
+  rg::Generator data(11);
+  for (int i = 0; i < 10; ++i) train_step(straight, opt, schedule, data);
+
+  // Interrupted: 4 steps, save, then everything new (another seed on purpose), restore, 6 more.
+  rg::manual_seed(3);
+  {
+    Net first;
+    rg::optim::AdamW opt1 = make(first);
+    rg::optim::WarmupCosine schedule1(opt1, {.warmup_steps = 3, .total_steps = 10});
+    rg::Generator data1(11);
+    for (int i = 0; i < 4; ++i) train_step(first, opt1, schedule1, data1);
+    rg::Checkpoint ckpt = rg::capture(first, opt1, &schedule1);
+    ckpt.progress = {.step = 4, .epoch = 0, .batch = 4};
+    ckpt.generators["data"] = data1;
+    ckpt.run = {{"batch_size", "5"}};
+    rg::save_checkpoint(ckpt, path);
+  }
+  rg::manual_seed(99);
+  Net second;
+  rg::optim::AdamW opt2 = make(second);
+  rg::optim::WarmupCosine schedule2(opt2, {.warmup_steps = 3, .total_steps = 10});
+  rg::Checkpoint ckpt = rg::load_checkpoint(path);
+  CHECK(ckpt.progress == rg::TrainProgress{.step = 4, .epoch = 0, .batch = 4});
+  CHECK(ckpt.world_size == 1);
+  CHECK(ckpt.source == path);
+  rg::restore(ckpt, second, opt2, &schedule2);
+  rg::check_run(ckpt, 1, {{"batch_size", "5"}});
+  rg::Generator data2 = ckpt.generators.at("data");
+  CHECK(opt2.steps() == 4);
+  CHECK(schedule2.steps() == 4);
+  for (int i = 0; i < 6; ++i) train_step(second, opt2, schedule2, data2);
+
+  CHECK(same_bits(straight.state_dict(), second.state_dict()));
+  CHECK(same_bits(opt.state_dict(nullptr), opt2.state_dict(nullptr)));
+  CHECK(opt.param_groups()[0].lr == opt2.param_groups()[0].lr);
+  CHECK(rg::default_generator().offset() > 0);
+}
+
+TEST_CASE("checkpoint: a run with other settings or another world size is refused, naming both values") {
+  test::TempDir dir;
+  rg::manual_seed(0);
+  Net net;
+  rg::optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  rg::Checkpoint ckpt = rg::capture(net, opt);
+  ckpt.world_size = 2;
+  ckpt.run = {{"batch_size", "64"}, {"seed", "0"}};
+  rg::save_checkpoint(ckpt, dir / "a.ckpt");
+  rg::Checkpoint back = rg::load_checkpoint(dir / "a.ckpt");
+  rg::check_run(back, 2, {{"batch_size", "64"}, {"seed", "0"}});
+  std::string e = error_of([&] { rg::check_run(back, 2, {{"batch_size", "32"}}); });
+  CHECK(contains(e, "batch_size = 64"));
+  CHECK(contains(e, "batch_size = 32"));
+  CHECK(contains(e, dir / "a.ckpt"));
+  e = error_of([&] { rg::check_run(back, 4, {}); });
+  CHECK(contains(e, "written by 2 rank(s); this run has 4"));
+  e = error_of([&] { rg::check_run(back, 2, {{"lr", "0.1"}}); });
+  CHECK(contains(e, "expected setting 'lr'"));
+
+  // A model of another shape: the error names the file and the key.
+  struct Other : rg::nn::Module {
+    rg::nn::Linear fc1{4, 9};
+    Other() { register_module("fc1", fc1); }
+  } other;
+  rg::optim::Adam other_opt(other.parameters(), {.lr = 1e-3});
+  e = error_of([&] { rg::restore(back, other, other_opt); });
+  CHECK(contains(e, dir / "a.ckpt"));
+  CHECK(contains(e, "does not fit"));
+  // A schedule asked for, none saved.
+  rg::optim::StepLR sched(opt, 10);
+  e = error_of([&] { rg::restore(back, net, opt, &sched); });
+  CHECK(contains(e, "schedule.steps"));
+}
+
+TEST_CASE("checkpoint: damaged or foreign files are clear errors naming the file, key and value") {
+  test::TempDir dir;
+  rg::manual_seed(0);
+  Net net;
+  rg::optim::Adam opt(net.parameters(), {.lr = 1e-3});
+  const rg::Checkpoint good = rg::capture(net, opt);
+
+  // Rewrites the good checkpoint's file with one metadata entry changed (or removed).
+  auto with_meta = [&](const std::string& key, const char* value) {
+    std::map<std::string, std::string> meta;
+    rg::save_checkpoint(good, dir / "src.ckpt");
+    rg::NamedTensors t = rg::load_safetensors(dir / "src.ckpt", &meta);
+    if (value) meta[key] = value; else meta.erase(key);
+    rg::save_safetensors(t, dir / "bad.ckpt", meta);
+    return error_of([&] { rg::load_checkpoint(dir / "bad.ckpt"); });
+  };
+  for (auto [key, value, expect] : std::initializer_list<std::tuple<const char*, const char*, const char*>>{
+           {"step", "abc", "expected step to be an integer"},
+           {"step", "-3", "got '-3'"},
+           {"epoch", "1e300", "got '1e300'"},
+           {"batch", "99999999999999999999999", "got '99999999999999999999999'"},
+           {"world_size", "0", "expected world_size to be an integer in [1, "},
+           {"rng.default.offset", "nan", "rng.default.offset"},
+           {"schedule.steps", "x", "schedule.steps"},
+           {"version", "7", "expected version 1, got '7'"},
+           {"format", "ringgrad", "expected format 'ringgrad-checkpoint'"},
+       }) {
+    CAPTURE(key);
+    std::string e = with_meta(key, value);
+    CHECK(contains(e, dir / "bad.ckpt"));
+    CHECK(contains(e, expect));
+  }
+  CHECK(contains(with_meta("step", nullptr), "expected metadata key 'step'"));
+  CHECK(contains(with_meta("rng.default.seed", nullptr), "expected metadata key 'rng.default.seed'"));
+
+  // A model-only file (nn::save) is not a checkpoint.
+  rg::nn::save(net, dir / "model.safetensors");
+  CHECK(contains(error_of([&] { rg::load_checkpoint(dir / "model.safetensors"); }),
+                 "a model-only file loads with nn::load"));
+  // Tensors that are neither model.* nor optim.*
+  std::map<std::string, std::string> meta;
+  rg::save_checkpoint(good, dir / "src.ckpt");
+  rg::NamedTensors t = rg::load_safetensors(dir / "src.ckpt", &meta);
+  t.emplace_back("stray", rg::zeros({1}));
+  rg::save_safetensors(t, dir / "stray.ckpt", meta);
+  CHECK(contains(error_of([&] { rg::load_checkpoint(dir / "stray.ckpt"); }), "got 'stray'"));
+  // A truncated file
+  {
+    std::ifstream in(dir / "src.ckpt", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(dir / "cut.ckpt", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  CHECK(contains(error_of([&] { rg::load_checkpoint(dir / "cut.ckpt"); }), dir / "cut.ckpt"));
+}
+
+TEST_CASE("checkpoint: the temporary files of killed saves are removed, a live writer's are kept") {
+  test::TempDir dir;
+  const std::string path = dir / "run.ckpt";
+  // pid 0 and an out-of-range pid stand for processes that are gone; our own pid is alive.
+  std::ofstream(path + ".tmp.2147483646") << "left by a kill";
+  std::ofstream(path + ".tmp.999999999") << "left by a kill";
+  std::ofstream(path + ".tmp." + std::to_string(::getpid())) << "a save in progress";
+  std::ofstream(path + ".tmp.notapid") << "someone else's";
+  std::ofstream(dir / "other.ckpt.tmp.999999999") << "another checkpoint's";
+  CHECK(rg::remove_stale_temporaries(path) == 2);
+  CHECK(!std::filesystem::exists(path + ".tmp.999999999"));
+  CHECK(std::filesystem::exists(path + ".tmp." + std::to_string(::getpid())));
+  CHECK(std::filesystem::exists(path + ".tmp.notapid"));
+  CHECK(std::filesystem::exists(dir / "other.ckpt.tmp.999999999"));
+}
