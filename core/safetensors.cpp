@@ -188,6 +188,16 @@ template <typename... Args>
   fail(kLoadOp, "'", path, "': ", args...);
 }
 
+// What a path that is not a regular file is, for the error that refuses it.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "something other than a file";
+}
+
 void read_exact(FILE* f, void* data, size_t size, const std::string& path, const char* what) {
   if (size > 0 && std::fread(data, 1, size, f) != size)
     bad_file(path, "expected ", size, " bytes of ", what, ", got a short read",
@@ -309,12 +319,18 @@ void check_coverage(const std::string& path, const std::vector<Entry>& entries,
 
 NamedTensors load_safetensors(const std::string& path,
                               std::map<std::string, std::string>* metadata) {
+  // Checked before opening: opening a FIFO for reading blocks until a writer comes
+  // (forever, for a stray one).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    fail(kLoadOp, "could not open '", path, "': ", std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) bad_file(path, "expected a regular file, got ", file_kind(st.st_mode));
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) fail(kLoadOp, "could not open '", path, "': ", std::strerror(errno));
-  struct stat st {};
   if (::fstat(::fileno(f.get()), &st) != 0)
     fail(kLoadOp, "could not stat '", path, "': ", std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) bad_file(path, "expected a regular file, got a directory or device");
+  if (!S_ISREG(st.st_mode))  // replaced between the two looks
+    bad_file(path, "expected a regular file, got ", file_kind(st.st_mode));
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
 
   // ---- header length and header ----

@@ -17,7 +17,8 @@
 // ringgrad reads and writes the dtypes it has: F32, F64, I64 and BOOL.
 // Saving is atomic (a temporary file, fsync, then rename), so a crash mid-save
 // leaves the previous checkpoint intact. Loading checks the whole file and
-// reports any damage as a ringgrad::Error naming the file.
+// reports any damage as a ringgrad::Error naming the file; a path that is not a
+// regular file (a FIFO, a directory, a device) is refused before it is opened.
 #pragma once
 
 #include <map>

@@ -6,6 +6,7 @@
 // is trusted, so a damaged file is reported (with its name) instead of crashing us.
 #include "ringgrad/data/idx.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -13,7 +14,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 
 #include "ringgrad/core/error.h"
 
@@ -50,13 +50,27 @@ const char* type_name(uint8_t code) {
   }
 }
 
+// What a path that is not a regular file is, for the error that refuses it.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "something other than a file";
+}
+
 // Sequential reads from a raw file or a gzip stream, whichever the first two bytes say.
 class ByteSource {
  public:
   explicit ByteSource(const std::string& path) : path_(path) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-      bad_file(path, "expected a file, got a directory");
+    // Before opening: opening a FIFO for reading blocks until a writer comes (forever,
+    // for a stray one), and a device such as /dev/zero never ends.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      bad_file(path, "cannot open the file (", std::strerror(errno), ")");
+    if (!S_ISREG(st.st_mode))
+      bad_file(path, "expected a regular file, got ", file_kind(st.st_mode));
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) bad_file(path, "cannot open the file (", std::strerror(errno), ")");
     unsigned char magic[2] = {0, 0};

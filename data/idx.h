@@ -13,8 +13,9 @@
 //   a.dims   // {60000}
 //   a.data   // 60000 bytes
 //
-// A bad file (missing, wrong magic, truncated, corrupt gzip, absurd dims) throws
-// ringgrad::Error naming the file and what is wrong; nothing is read out of bounds.
+// A bad file (missing, not a regular file — a FIFO, a directory, /dev/zero —, wrong
+// magic, truncated, corrupt gzip, absurd dims) throws ringgrad::Error naming the file
+// and what is wrong; nothing is read out of bounds, and nothing waits on a FIFO.
 #pragma once
 
 #include <cstdint>

@@ -44,6 +44,15 @@ MNIST::MNIST(const std::string& directory, Split split) {
   RG_CHECK(images.dims[0] == labels.dims[0], kOp, "expected as many labels as images, got ",
            images.dims[0], " images in ", image_file_, " and ", labels.dims[0], " labels in ",
            label_file_, " (count mismatch)");
+  // An empty split would train on nothing and report a NaN loss as if all were well.
+  RG_CHECK(images.dims[0] > 0, kOp, image_file_,
+           ": expected at least one sample, got 0 images (an empty split)");
+  // A label outside the classes would only fail at the step that meets it (training)
+  // or quietly count as wrong (testing): check them all here, where the file is known.
+  for (size_t i = 0; i < labels.data.size(); ++i)
+    RG_CHECK(labels.data[i] < kMnistClasses, kOp, label_file_, ": expected labels in [0, ",
+             kMnistClasses, "), got ", int{labels.data[i]}, " for sample ", i,
+             " (a damaged file, or not an MNIST-style dataset)");
 
   // x (N, rows, cols) float32: each byte through a 256-entry table of byte / 255.
   float scale[256];

@@ -10,6 +10,11 @@
 //   t10k-images-idx3-ubyte[.gz]   t10k-labels-idx1-ubyte[.gz]     (Split::Test)
 // The whole split is loaded once into one float32 tensor (N, rows, cols) — 188 MB
 // for the training set — and every batch is a single gather from it.
+//
+// Loading checks what it can: at least one image, as many labels as images, every
+// label a class in [0, 10). Images of any rows×cols are accepted (the reader is not the
+// model: small fake splits test the pipeline); a model that needs 28×28 checks its
+// input (examples/simple_model.h does).
 #pragma once
 
 #include <string>
@@ -20,6 +25,9 @@ namespace ringgrad::data {
 
 // The Debian package dataset-fashion-mnist installs Fashion-MNIST here.
 inline constexpr const char* kDefaultMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// MNIST's digits and Fashion-MNIST's garments: ten classes each, labels 0 to 9.
+inline constexpr int kMnistClasses = 10;
 
 enum class Split { Train, Test };
 

@@ -20,6 +20,11 @@ struct SimpleModel : ringgrad::nn::Module {
   }
   // x (B, 28, 28) -> logits (B, 10)
   ringgrad::Tensor forward(const ringgrad::Tensor& x) override {
+    // MNIST's loader takes images of any size; fc1 would take any 784 pixels (14×56
+    // too) and train on scrambled rows without a word, so the shape is checked here.
+    RG_CHECK(x.dim() == 3 && x.size(1) == 28 && x.size(2) == 28, "SimpleModel",
+             "expected 28×28 images, x of shape [B, 28, 28], got shape ", ringgrad::shape_str(x.shape()),
+             " (--data must hold MNIST-format images of 28×28 pixels)");
     return fc2(ringgrad::relu(fc1(x.flatten(1))));
   }
 };

@@ -4,6 +4,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <ostream>
@@ -149,6 +150,33 @@ void Module::zero_grad() {
 
 // ---------------------------------------------------------------- state
 
+namespace {
+
+// A checkpoint's tensor goes into a module's tensor of the same dtype, or of a wider
+// floating one (float32 into float64: exact, how a float64 copy of a model starts from a
+// float32 checkpoint). Anything else would change the values silently: float64 into
+// float32 rounds them, bool or int64 into a floating tensor is not a weight at all.
+void check_loadable_dtype(const std::string& key, DType own, DType given) {
+  const bool widening = is_floating(own) && is_floating(given) && element_size(given) < element_size(own);
+  RG_CHECK(given == own || widening, "load_state_dict", "expected ", key, " as ", own,
+           " (the module's dtype), got ", given,
+           "; convert the module (module.to(dtype)) or the checkpoint to match");
+}
+
+// A NaN or an infinity in a weight is a diverged run's checkpoint or a damaged file:
+// training from it gives NaN at the first step, far from the cause.
+void check_finite(const std::string& key, const Tensor& value) {
+  if (!is_floating(value.dtype()) || value.numel() == 0) return;
+  const Tensor values = value.detach().to(kCPU).to(kFloat64).contiguous();
+  const double* v = values.data_ptr<double>();
+  for (int64_t i = 0; i < values.numel(); ++i)
+    RG_CHECK(std::isfinite(v[i]), "load_state_dict", "expected finite values in ", key, ", got ",
+             v[i], " at element ", i, " of ", values.numel(),
+             " (a diverged run's checkpoint, or a damaged file)");
+}
+
+}  // namespace
+
 NamedTensors Module::state_dict() const {
   NamedTensors out = named_parameters();
   for (auto& entry : named_buffers()) out.push_back(entry);
@@ -177,12 +205,23 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
            missing.empty() || unexpected.empty() ? "" : "; ",
            unexpected.empty() ? "" : "unexpected: " + list(unexpected));
   NoGradGuard no_grad;
+  // Every tensor is checked before the first is copied: a bad state dict leaves the
+  // module as it was.
+  std::set<std::string> parameters;
+  for (auto& [n, p] : named_parameters()) parameters.insert(n);
   for (auto& [n, t] : own) {
     auto it = given.find(n);
     if (it == given.end()) continue;
-    RG_CHECK(it->second.shape() == t.shape(), "load_state_dict", "expected ", n, " of shape ",
-             shape_str(t.shape()), ", got ", shape_str(it->second.shape()));
-    t.copy_(it->second);
+    const Tensor& value = it->second;
+    RG_CHECK(value.defined(), "load_state_dict", "expected a tensor for ", n, ", got an undefined one");
+    RG_CHECK(value.shape() == t.shape(), "load_state_dict", "expected ", n, " of shape ",
+             shape_str(t.shape()), ", got ", shape_str(value.shape()));
+    check_loadable_dtype(n, t.dtype(), value.dtype());
+    if (parameters.count(n)) check_finite(n, value);
+  }
+  for (auto& [n, t] : own) {
+    auto it = given.find(n);
+    if (it != given.end()) t.copy_(it->second);
   }
 }
 
@@ -225,7 +264,12 @@ void save(const Module& module, const std::string& path) {
 }
 
 void load(Module& module, const std::string& path, bool strict) {
-  module.load_state_dict(load_safetensors(path), strict);
+  NamedTensors state = load_safetensors(path);  // its errors name the file already
+  try {
+    module.load_state_dict(state, strict);
+  } catch (const Error& e) {
+    fail("nn::load", "'", path, "': ", e.what());  // which file, then what is wrong in it
+  }
 }
 
 }  // namespace ringgrad::nn

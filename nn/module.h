@@ -79,8 +79,12 @@ class Module {
   // ---- state: parameters then buffers, by dotted name ----
   NamedTensors state_dict() const;
   // Copies values into this module's tensors. strict: every key must match a
-  // parameter or buffer and every parameter/buffer must be given; shapes must
-  // match always. A mismatch throws naming the key(s).
+  // parameter or buffer and every parameter/buffer must be given. Always: shapes
+  // match; dtypes match, or a floating value goes into a wider floating tensor
+  // (float32 into float64 is exact; float64 into float32, or bool/int64 into a
+  // float tensor, would change the values and is refused); parameters' values are
+  // finite (NaN/Inf: a diverged or damaged checkpoint). A mismatch throws naming the
+  // key(s) and the values, and leaves the module unchanged.
   void load_state_dict(const NamedTensors& state, bool strict = true);
 
   // One-line description of this module (Linear: "Linear(in_features=784, …)").
@@ -123,7 +127,8 @@ class Module {
 // Prints the module tree, like print(model) in PyTorch.
 std::ostream& operator<<(std::ostream& os, const Module& m);
 
-// Checkpoints: the state_dict as a .safetensors file (written atomically).
+// Checkpoints: the state_dict as a .safetensors file (written atomically). load's
+// errors name the file, then the key and what is wrong with it.
 void save(const Module& module, const std::string& path);
 void load(Module& module, const std::string& path, bool strict = true);
 

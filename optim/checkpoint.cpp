@@ -183,17 +183,17 @@ Checkpoint load_checkpoint(const std::string& path) {
 void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer& optimizer,
              optim::LRSchedule* schedule) {
   const std::string where = c.source.empty() ? std::string("checkpoint") : "'" + c.source + "'";
-  // The optimizer first: its load is all or nothing, so a checkpoint that fits neither
-  // leaves both as they were.
-  try {
-    optimizer.load_state_dict(c.optimizer, c.optimizer_meta);
-  } catch (const Error& e) {
-    fail("restore", where, ": the optimizer's state does not fit: ", e.what());
-  }
+  // Both loads check everything before they change anything: the model first, so that a
+  // checkpoint of another model changes nothing at all.
   try {
     model.load_state_dict(c.model, /*strict=*/true);
   } catch (const Error& e) {
     fail("restore", where, ": the model's state does not fit: ", e.what());
+  }
+  try {
+    optimizer.load_state_dict(c.optimizer, c.optimizer_meta);
+  } catch (const Error& e) {
+    fail("restore", where, ": the optimizer's state does not fit: ", e.what());
   }
   if (schedule) {
     RG_CHECK(c.schedule_steps >= 0, "restore", where,

@@ -85,8 +85,9 @@ Checkpoint load_checkpoint(const std::string& path);
 
 // Puts a checkpoint's state back: the model's (strict: every name, shape and dtype),
 // the optimizer's, the schedule's (when given) and the default generator's. An error
-// names the file and what does not fit; the program should then stop (the optimizer's
-// load is all or nothing, but the model's comes after it).
+// names the file and what does not fit. Each load checks everything before it changes
+// anything, the model's first: a checkpoint of another model changes nothing; one whose
+// optimizer state does not fit leaves the model restored and the optimizer as it was.
 void restore(const Checkpoint& checkpoint, nn::Module& model, optim::Optimizer& optimizer,
              optim::LRSchedule* schedule = nullptr);
 

@@ -1,6 +1,7 @@
 // optimizer.cpp — parameter groups, state, SGD, Adam/AdamW, gradient clipping.
 #include "ringgrad/optim/optimizer.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <iomanip>
@@ -16,12 +17,18 @@ namespace ringgrad::optim {
 using GroupList = std::vector<std::pair<std::vector<Tensor>, GroupOptions>>;
 
 Optimizer::Optimizer(GroupList groups, double lr, double weight_decay) {
-  RG_CHECK(lr >= 0, "optimizer", "expected lr >= 0, got ", lr);
+  RG_CHECK(std::isfinite(lr) && lr >= 0, "optimizer", "expected a finite lr >= 0, got ", lr);
+  RG_CHECK(std::isfinite(weight_decay) && weight_decay >= 0, "optimizer",
+           "expected a finite weight_decay >= 0, got ", weight_decay);
   for (auto& [params, opts] : groups) {
     ParamGroup g;
     g.params = std::move(params);
     g.lr = g.initial_lr = opts.lr.value_or(lr);
     g.weight_decay = opts.weight_decay.value_or(weight_decay);
+    RG_CHECK(std::isfinite(g.lr) && g.lr >= 0 && std::isfinite(g.weight_decay) && g.weight_decay >= 0,
+             "optimizer", "expected group ", groups_.size(),
+             " with a finite lr >= 0 and weight_decay >= 0, got lr ", g.lr, " and weight_decay ",
+             g.weight_decay);
     for (const Tensor& p : g.params)
       RG_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer",
                "expected leaf parameters that require grad, got ", p.describe());
@@ -66,8 +73,19 @@ std::optional<StateKey> parse_state_key(const std::string& key) {
 }
 
 NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata) const {
+  // Once a step has been taken, every parameter's state is written — a parameter that
+  // has had no gradient yet with its initial state, where the optimizer has one — so
+  // load_state_dict can tell a parameter not stepped yet from a damaged file.
+  std::map<std::pair<size_t, size_t>, std::map<std::string, Tensor>> all = state_;
+  if (steps_ > 0)
+    for (size_t g = 0; g < groups_.size(); ++g)
+      for (size_t i = 0; i < groups_[g].params.size(); ++i)
+        if (!all.count({g, i})) {
+          std::map<std::string, Tensor> initial = initial_state(groups_[g].params[i]);
+          if (!initial.empty()) all[{g, i}] = std::move(initial);
+        }
   NamedTensors out;
-  for (auto& [key, buffers] : state_)
+  for (auto& [key, buffers] : all)
     for (auto& [name, t] : buffers)
       out.emplace_back(
           "state." + std::to_string(key.first) + "." + std::to_string(key.second) + "." + name, t);
@@ -109,6 +127,25 @@ double metadata_number(const std::map<std::string, std::string>& metadata, const
   return value;
 }
 
+// Checks a state buffer's values: all finite and, where the buffer cannot be negative,
+// none below zero. Reports the first bad element and where it is.
+void check_state_values(const std::string& key, const Tensor& t, bool non_negative) {
+  if (t.numel() == 0) return;
+  const Tensor values = t.to(kCPU).to(kFloat64).contiguous();
+  const double* v = values.data_ptr<double>();
+  for (int64_t e = 0; e < values.numel(); ++e)
+    RG_CHECK(std::isfinite(v[e]) && (!non_negative || v[e] >= 0), "load_state_dict", "expected ",
+             key, " to hold ", non_negative ? "finite values >= 0" : "finite values", ", got ", v[e],
+             " at element ", e, " of ", values.numel(),
+             " (a diverged run's checkpoint, or a damaged file)");
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 }  // namespace
 
 // Everything is read and checked before anything changes: a bad checkpoint leaves the
@@ -131,6 +168,9 @@ void Optimizer::load_state_dict(const NamedTensors& state,
     groups[g].weight_decay = metadata_number(metadata, prefix + "weight_decay", false, 1e300);
   }
   const auto steps = static_cast<int64_t>(metadata_number(metadata, "steps", true, kMaxCount));
+  const std::vector<StateBuffer> buffers = state_buffers();
+  std::vector<std::string> names;  // what one parameter's state holds
+  for (const StateBuffer& b : buffers) names.push_back(b.name);
   std::map<std::pair<size_t, size_t>, std::map<std::string, Tensor>> loaded;
   for (auto& [key, t] : state) {
     std::optional<StateKey> parsed = parse_state_key(key);
@@ -140,20 +180,48 @@ void Optimizer::load_state_dict(const NamedTensors& state,
              "expected state for an existing parameter, got ", key);
     const Tensor& p = groups[g].params[i];
     const std::string& buffer = parsed->name;
+    RG_CHECK(t.defined(), "load_state_dict", "expected a tensor for ", key, ", got an undefined one");
+    auto spec = std::find_if(buffers.begin(), buffers.end(),
+                             [&](const StateBuffer& b) { return b.name == buffer; });
+    RG_CHECK(spec != buffers.end(), "load_state_dict", "expected ", name(),
+             " state buffers (", buffers.empty() ? std::string("none") : joined(names), "), got ",
+             key);
     if (buffer == "step") {  // a per-parameter counter: a float64 scalar kept on the CPU
-      RG_CHECK(t.numel() == 1, "load_state_dict", "expected ", key, " to be a scalar, got shape ",
-               shape_str(t.shape()));
-      Tensor count = t.to(kCPU).to(kFloat64).reshape({}).clone();
+      RG_CHECK(t.numel() == 1 && t.dtype() == kFloat64, "load_state_dict", "expected ", key,
+               " to be a float64 scalar, got ", t.dtype(), " of shape ", shape_str(t.shape()));
+      Tensor count = t.to(kCPU).reshape({}).clone();
       const double v = count.item();
       RG_CHECK(std::isfinite(v) && v >= 0 && v <= kMaxCount && v == std::floor(v), "load_state_dict",
                "expected ", key, " to be a whole number in [0, 2^53], got ", v);
       loaded[{g, i}][buffer] = count;
       continue;
     }
+    // A buffer is its parameter's twin: the same shape and dtype (a converted one would
+    // have been rounded, or was never this parameter's).
     RG_CHECK(t.shape() == p.shape(), "load_state_dict", "expected ", key, " of shape ",
              shape_str(p.shape()), ", got ", shape_str(t.shape()));
-    loaded[{g, i}][buffer] = t.to(p.device()).to(p.dtype()).contiguous().clone();
+    RG_CHECK(t.dtype() == p.dtype(), "load_state_dict", "expected ", key, " as ", p.dtype(),
+             " (its parameter's dtype), got ", t.dtype());
+    check_state_values(key, t, spec->non_negative);
+    loaded[{g, i}][buffer] = t.to(p.device()).contiguous().clone();
   }
+  // Each parameter's state is whole: every buffer or (not stepped yet) none.
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].params.size(); ++i) {
+      const std::string key = "state." + std::to_string(g) + "." + std::to_string(i);
+      auto found = loaded.find({g, i});
+      if (found == loaded.end()) {
+        RG_CHECK((steps == 0 && loaded.empty()) || initial_state(groups[g].params[i]).empty(),
+                 "load_state_dict", "expected state for every parameter (", joined(names),
+                 ") in a checkpoint of ", steps, " steps",
+                 loaded.empty() ? "" : " with other parameters' state", ", got none for ", key,
+                 " (a damaged file, or one from another model)");
+        continue;
+      }
+      for (const std::string& n : names)
+        RG_CHECK(found->second.count(n), "load_state_dict", "expected ", key, ".", n, " beside ",
+                 key, ".", found->second.begin()->first, ", got a checkpoint without it");
+    }
   groups_ = std::move(groups);
   steps_ = steps;
   state_ = std::move(loaded);
@@ -170,6 +238,11 @@ SGD::SGD(GroupList groups, SGDOptions o)
   RG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD",
            "expected momentum > 0 and dampening 0 for nesterov, got momentum ", o.momentum,
            " and dampening ", o.dampening);
+}
+
+std::vector<Optimizer::StateBuffer> SGD::state_buffers() const {
+  if (options_.momentum == 0) return {};
+  return {{"momentum_buffer"}};
 }
 
 // torch.optim.SGD: g += wd·p; buf = μ·buf + (1-τ)·g (buf = g at first);
@@ -214,6 +287,16 @@ Adam::Adam(GroupList groups, AdamOptions o, bool decoupled)
   RG_CHECK(o.eps >= 0, name().c_str(), "expected eps >= 0, got ", o.eps);
 }
 
+std::vector<Optimizer::StateBuffer> Adam::state_buffers() const {
+  return {{"exp_avg"}, {"exp_avg_sq", /*non_negative=*/true}, {"step"}};
+}
+
+std::map<std::string, Tensor> Adam::initial_state(const Tensor& p) const {
+  return {{"exp_avg", zeros_like(p)},
+          {"exp_avg_sq", zeros_like(p)},
+          {"step", zeros({}, {.dtype = kFloat64})}};
+}
+
 void Adam::step() {
   trace::Span span(decoupled_ ? "AdamW.step" : "Adam.step", "optimizer");
   NoGradGuard no_grad;
@@ -231,11 +314,7 @@ void Adam::step() {
       Tensor& p = group.params[i];
       if (!p.grad().defined()) continue;
       auto& st = state(gi, i);
-      if (st.empty()) {
-        st["exp_avg"] = zeros_like(p);
-        st["exp_avg_sq"] = zeros_like(p);
-        st["step"] = zeros({}, {.dtype = kFloat64});
-      }
+      if (st.empty()) st = initial_state(p);
       // Each parameter counts its own steps (it may have skipped some without a gradient).
       Tensor& count = st["step"];
       h.step = static_cast<int64_t>(count.item()) + 1;

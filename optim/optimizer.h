@@ -46,15 +46,40 @@ class Optimizer {
   // State for resuming: per-parameter buffers as "state.<group>.<index>.<name>"
   // plus the step count and each group's lr / weight decay in `metadata`.
   NamedTensors state_dict(std::map<std::string, std::string>* metadata) const;
+  // Checks everything before it changes anything (a bad checkpoint leaves the optimizer
+  // as it was), and throws naming the key and the value when:
+  //  - metadata is missing or not a number in range (lr, weight decay >= 0 and finite);
+  //  - a parameter's state is not exactly the buffers state_buffers() names (one
+  //    missing, say exp_avg_sq or step beside an exp_avg, or one unknown);
+  //  - a buffer's dtype or shape is not its parameter's (a step: a float64 scalar, a
+  //    whole number), or its values are not finite, or negative where they cannot be;
+  //  - (Adam, AdamW) a parameter has no state while the checkpoint has taken steps or
+  //    others have state: their state_dict writes every parameter's state once a step
+  //    has been taken, so a missing one is a damaged file, not a fresh parameter.
+  //    (SGD's momentum buffer has no such "not stepped yet" value, so a parameter
+  //    without one is taken as never having had a gradient.)
   void load_state_dict(const NamedTensors& state,
                        const std::map<std::string, std::string>& metadata);
   virtual std::string name() const = 0;
+
+  // The buffers a parameter's state holds once it has been stepped ("step", where
+  // there is one, is the parameter's own step counter: a float64 scalar).
+  struct StateBuffer {
+    std::string name;
+    bool non_negative = false;  // e.g. Adam's running mean of squared gradients
+  };
+  virtual std::vector<StateBuffer> state_buffers() const = 0;
 
  protected:
   Optimizer(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups, double lr,
             double weight_decay);
   // Per-parameter buffers, created on first use: state(g, i)["exp_avg"].
   std::map<std::string, Tensor>& state(size_t group, size_t index);
+  // The state of a parameter not stepped yet, for optimizers where that state is the
+  // same as none (Adam: zero moments, step 0); empty where there is no such value (SGD's
+  // momentum buffer starts as the first gradient). When it is not empty, state_dict
+  // writes it for each parameter without state once a step has been taken.
+  virtual std::map<std::string, Tensor> initial_state(const Tensor&) const { return {}; }
 
   std::vector<ParamGroup> groups_;
   std::map<std::pair<size_t, size_t>, std::map<std::string, Tensor>> state_;
@@ -75,6 +100,7 @@ class SGD : public Optimizer {
   SGD(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups, SGDOptions options = {});
   void step() override;
   std::string name() const override { return "SGD"; }
+  std::vector<StateBuffer> state_buffers() const override;
 
  private:
   SGDOptions options_;
@@ -93,10 +119,12 @@ class Adam : public Optimizer {
   Adam(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups, AdamOptions options = {});
   void step() override;
   std::string name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  std::vector<StateBuffer> state_buffers() const override;
 
  protected:
   Adam(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups, AdamOptions options,
        bool decoupled);
+  std::map<std::string, Tensor> initial_state(const Tensor& p) const override;
 
  private:
   AdamOptions options_;

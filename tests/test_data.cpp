@@ -2,14 +2,18 @@
 // damaged) and MNIST on a tiny fake split and on the real Fashion-MNIST when installed.
 // (TensorDataset, the samplers and the DataLoader are in test_dataloader.cpp.)
 #include <doctest/doctest.h>
-#include <unistd.h>  // getpid
+#include <fcntl.h>     // open (the FIFO's writer)
+#include <sys/stat.h>  // mkfifo
+#include <unistd.h>    // getpid
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include <ringgrad/data/dataloader.h>
 #include <ringgrad/data/dataset.h>
@@ -18,6 +22,7 @@
 #include <ringgrad/data/sampler.h>
 #include <ringgrad/ringgrad.h>
 
+#include "../examples/simple_model.h"
 #include "test_helpers.h"
 
 namespace fs = std::filesystem;
@@ -83,6 +88,28 @@ void write_fake_mnist(const TempDir& dir, const std::string& prefix, uint32_t n,
   write(dir / (prefix + "-labels-idx1-ubyte" + suffix), idx_bytes({n}, labels));
 }
 
+// A FIFO at `path` for one test. Opening a FIFO to read blocks until a writer comes:
+// should the code under test open it, a writer comes after 5 s, so the test fails
+// (on the wrong message) instead of hanging.
+struct Fifo {
+  std::string path;
+  std::atomic<bool> done{false};
+  std::thread writer;
+  explicit Fifo(std::string p) : path(std::move(p)) {
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    writer = std::thread([this] {
+      for (int i = 0; i < 50 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (done) return;
+      int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // fails at once without a reader
+      if (fd >= 0) ::close(fd);
+    });
+  }
+  ~Fifo() {
+    done = true;
+    writer.join();
+  }
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------- IDX reader
@@ -132,6 +159,26 @@ TEST_CASE("data: read_idx reports a missing file or a directory by name") {
   std::string is_dir = error_of([&] { rg::data::read_idx(dir.path.string()); });
   CHECK_CONTAINS(is_dir, dir.path.string());
   CHECK_CONTAINS(is_dir, "directory");
+}
+
+TEST_CASE("data: read_idx refuses what is not a regular file (a FIFO, /dev/zero), without hanging") {
+  TempDir dir;
+  Fifo fifo(dir / "train-images-idx3-ubyte");
+  auto start = std::chrono::steady_clock::now();
+  std::string msg = error_of([&] { rg::data::read_idx(fifo.path); });
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+  CHECK(msg.rfind("[read_idx]", 0) == 0);
+  CHECK_CONTAINS(msg, fifo.path + ": expected a regular file, got a FIFO (named pipe)");
+  if (fs::exists("/dev/zero"))
+    CHECK_CONTAINS(error_of([&] { rg::data::read_idx("/dev/zero"); }),
+                   "/dev/zero: expected a regular file, got a character device");
+  CHECK_CONTAINS(error_of([&] { rg::data::read_idx(dir.path.string()); }),
+                 "expected a regular file, got a directory");
+  // MNIST passes the file's name through: a FIFO in place of the labels.
+  write_raw(dir / "t10k-images-idx3-ubyte", idx_bytes({1, 2, 2}, counting(4)));
+  Fifo labels(dir / "t10k-labels-idx1-ubyte");
+  msg = error_of([&] { rg::data::MNIST(dir.path.string(), rg::data::Split::Test); });
+  CHECK_CONTAINS(msg, labels.path + ": expected a regular file, got a FIFO");
 }
 
 TEST_CASE("data: read_idx reports a bad magic number") {
@@ -365,6 +412,43 @@ TEST_CASE("data: MNIST errors name the files and what is wrong") {
   msg = error_of([&] { MNIST(d, Split::Train); });
   CHECK_CONTAINS(msg, dir / "train-images-idx3-ubyte");
   CHECK_CONTAINS(msg, "truncated header");
+}
+
+TEST_CASE("data: MNIST checks labels against its 10 classes and refuses an empty split") {
+  TempDir dir;
+  using rg::data::MNIST;
+  using rg::data::Split;
+  const std::string d = dir.path.string();
+  // A label of 200 in a test split used to lower the accuracy; in a training split it
+  // failed at the step that met it, naming neither the file nor the sample.
+  write_raw(dir / "t10k-images-idx3-ubyte", idx_bytes({4, 2, 2}, counting(16)));
+  write_gz(dir / "t10k-labels-idx1-ubyte.gz", idx_bytes({4}, {3, 9, 200, 10}));
+  std::string msg = error_of([&] { MNIST(d, Split::Test); });
+  CHECK_CONTAINS(msg, "[MNIST]");
+  CHECK_CONTAINS(msg, dir / "t10k-labels-idx1-ubyte.gz");
+  CHECK_CONTAINS(msg, "expected labels in [0, 10), got 200 for sample 2");
+  write_gz(dir / "t10k-labels-idx1-ubyte.gz", idx_bytes({4}, {3, 9, 0, 10}));
+  CHECK_CONTAINS(error_of([&] { MNIST(d, Split::Test); }), "got 10 for sample 3");
+  write_gz(dir / "t10k-labels-idx1-ubyte.gz", idx_bytes({4}, {3, 9, 0, 1}));
+  CHECK(MNIST(d, Split::Test).size() == 4);
+
+  // A split of zero images (and zero labels) used to train on nothing: loss -nan, exit 0.
+  write_raw(dir / "train-images-idx3-ubyte", idx_bytes({0, 28, 28}, {}));
+  write_raw(dir / "train-labels-idx1-ubyte", idx_bytes({0}, {}));
+  msg = error_of([&] { MNIST(d, Split::Train); });
+  CHECK_CONTAINS(msg, dir / "train-images-idx3-ubyte");
+  CHECK_CONTAINS(msg, "expected at least one sample, got 0 images");
+}
+
+TEST_CASE("data: the article's SimpleModel refuses images that are not 28×28") {
+  // MNIST reads images of any size; 14×56 is also 784 pixels, which fc1 would take.
+  rg::manual_seed(0);
+  SimpleModel model;
+  CHECK_SHAPE(model(rg::zeros({2, 28, 28})), {2, 10});
+  std::string msg = error_of([&] { model(rg::zeros({2, 14, 56})); });
+  CHECK_CONTAINS(msg, "[SimpleModel]");
+  CHECK_CONTAINS(msg, "expected 28×28 images, x of shape [B, 28, 28], got shape [2, 14, 56]");
+  CHECK_CONTAINS(error_of([&] { model(rg::zeros({2, 784})); }), "got shape [2, 784]");
 }
 
 TEST_CASE("data: Fashion-MNIST from the Debian package, when installed") {

@@ -268,6 +268,68 @@ TEST_CASE("nn: save / load through a .safetensors file") {
                  "absent.safetensors");
 }
 
+TEST_CASE("nn: load_state_dict refuses NaN / Inf weights, naming the key, and changes nothing") {
+  rg::manual_seed(6);
+  Net a, b;
+  const std::vector<double> before = values(b.fc1.bias);
+  for (double bad : {std::nan(""), double(INFINITY), -double(INFINITY)}) {
+    CAPTURE(bad);
+    rg::NamedTensors state = a.state_dict();
+    for (auto& [n, t] : state)
+      if (n == "fc2.weight") {
+        t = t.detach().clone();
+        rg::NoGradGuard ng;
+        t.reshape({-1}).narrow(0, 4, 1).fill_(bad);
+      }
+    const std::string msg = error_of([&] { b.load_state_dict(state); });
+    CHECK_CONTAINS(msg, "[load_state_dict]");
+    CHECK_CONTAINS(msg, "expected finite values in fc2.weight");
+    CHECK_CONTAINS(msg, "at element 4 of 6");
+    // fc1 comes before fc2 and was fine: still not loaded.
+    CHECK(values(b.fc1.bias) == before);
+  }
+  // From a file: the file is named too.
+  TempDir dir;
+  rg::NamedTensors state = a.state_dict();
+  state[0].second = rg::full(state[0].second.shape(), NAN);
+  rg::save_safetensors(state, dir.file("nan.safetensors"));
+  const std::string msg = error_of([&] { nn::load(b, dir.file("nan.safetensors")); });
+  CHECK_CONTAINS(msg, "nan.safetensors");
+  CHECK_CONTAINS(msg, "expected finite values in " + state[0].first);
+  CHECK(values(b.fc1.bias) == before);
+}
+
+TEST_CASE("nn: load_state_dict refuses dtypes that would change the values, names both") {
+  Net a, b;
+  const rg::NamedTensors state = a.state_dict();
+  auto with = [&](rg::DType dtype) {
+    rg::NamedTensors s = state;
+    for (auto& [n, t] : s)
+      if (n == "fc1.bias") t = t.detach().to(dtype);
+    return s;
+  };
+  for (rg::DType dtype : {rg::kBool, rg::kInt64, rg::kFloat64}) {
+    CAPTURE(dtype);
+    const std::string msg = error_of([&] { b.load_state_dict(with(dtype)); });
+    CHECK_CONTAINS(msg, "expected fc1.bias as float32 (the module's dtype), got " +
+                            std::string(rg::dtype_name(dtype)));
+  }
+  // float32 into float32 loads, and so does float32 into a float64 model (exact).
+  b.load_state_dict(state);
+  Net wide;
+  wide.to(rg::kFloat64);
+  wide.load_state_dict(state);
+  CHECK(wide.fc1.weight.dtype() == rg::kFloat64);
+  CHECK(values(wide.fc1.weight) == values(a.fc1.weight));
+  // From a file, named: an int64 weight saved in place of a float one.
+  TempDir dir;
+  rg::save_safetensors(with(rg::kInt64), dir.file("ints.safetensors"));
+  const std::string msg = error_of([&] { nn::load(b, dir.file("ints.safetensors")); });
+  CHECK_CONTAINS(msg, "ints.safetensors");
+  CHECK_CONTAINS(msg, "fc1.bias as float32");
+  CHECK_CONTAINS(msg, "int64");
+}
+
 TEST_CASE("nn: printing a model shows the module tree") {
   Net net;
   std::ostringstream os;

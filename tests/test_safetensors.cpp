@@ -4,13 +4,18 @@
 #include <doctest/doctest.h>
 #include <ringgrad/core/safetensors.h>
 #include <ringgrad/ringgrad.h>
+#include <fcntl.h>     // open (the FIFO's writer)
+#include <sys/stat.h>  // mkfifo
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_helpers.h"  // test::error_of, test::contains
@@ -57,6 +62,28 @@ std::vector<bool> bools_of(const rg::Tensor& t) {
   const bool* p = t.data_ptr<bool>();
   return std::vector<bool>(p, p + t.numel());
 }
+
+// A FIFO at `path` for one test. Opening a FIFO to read blocks until a writer comes:
+// should the loader open it, a writer comes after 5 s, so the test fails (on the wrong
+// message) instead of hanging.
+struct Fifo {
+  std::string path;
+  std::atomic<bool> done{false};
+  std::thread writer;
+  explicit Fifo(std::string p) : path(std::move(p)) {
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    writer = std::thread([this] {
+      for (int i = 0; i < 50 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (done) return;
+      int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // fails at once without a reader
+      if (fd >= 0) ::close(fd);
+    });
+  }
+  ~Fifo() {
+    done = true;
+    writer.join();
+  }
+};
 
 }  // namespace
 
@@ -172,7 +199,19 @@ TEST_CASE("safetensors: every kind of damaged file is a clear error naming the f
   SUBCASE("missing file") { expect_error("No such file"); }
   SUBCASE("a directory") {
     fs::create_directory(path);
-    expect_error("regular file");
+    expect_error("expected a regular file, got a directory");
+  }
+  SUBCASE("a FIFO: an error at once, not a wait for a writer") {
+    Fifo fifo(path);
+    auto start = std::chrono::steady_clock::now();
+    expect_error("expected a regular file, got a FIFO (named pipe)");
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+  }
+  SUBCASE("a device") {
+    if (fs::exists("/dev/zero")) {
+      const std::string msg = error_of([&] { rg::load_safetensors("/dev/zero"); });
+      CHECK_CONTAINS(msg, "'/dev/zero': expected a regular file, got a character device");
+    }
   }
   SUBCASE("shorter than the length prefix") {
     write_bytes(path, "abc");
