@@ -533,6 +533,11 @@ int main(int argc, char** argv) {
                         mesh.rank("pp"), mesh.rank("tp"), pp};
 
     const Text text = load_text(data, config.seq);
+    // Every rank reads the text itself: the same sizes, or the ranks would train on different data.
+    par::check_same_across_ranks(world.communicator(),
+                                 {{"train bytes", std::to_string(text.train.size())},
+                                  {"validation bytes", std::to_string(text.val.size())}},
+                                 "the data (" + (data.empty() ? std::string("the fortunes files") : data) + ")");
     const double unigram = unigram_loss(text.val);
     rg::manual_seed(seed);  // the same initial model on every rank
     GPT model(config);
