@@ -111,11 +111,13 @@ class Communicator {
 
   // A tensor that will be all-reduced again and again, like DDP's buckets, in
   // "symmetric memory" (PyTorch's term): every rank allocates it together —
-  // same shape and dtype, same order: it is a collective. The MPI backend,
-  // when all ranks share one host, places it where every rank can read it,
-  // and all_reduce of the whole tensor then runs without MPI, each rank
-  // reading the others' copies (parallel/mpi/shared_memory.h); elsewhere it is
-  // ordinary memory. Contents start unspecified, as with empty().
+  // same shape and dtype, same order: it is a collective. The MPI backend
+  // places it where every rank of its host can read it, and all_reduce of the
+  // whole tensor then runs without MPI within the host, each rank reading the
+  // others' copies — and, with ranks on several hosts (the same number on each),
+  // through MPI between hosts for one chunk per rank: hierarchical
+  // (parallel/mpi/shared_memory.h). Elsewhere it is ordinary memory. Contents
+  // start unspecified, as with empty().
   virtual Tensor symmetric_empty(const Shape& shape, TensorOptions options = {});
   // Ends every rank of the job at once (MPI_Abort) after a fatal error on this
   // one, so that no rank waits forever for a peer that is gone. A world of one

@@ -31,6 +31,12 @@ echo "== straight: $* --max-steps $steps"
   { cat "$work/straight.log"; echo "FAILED: the uninterrupted run" >&2; exit 1; }
 program=$(basename "$(grep -oE '[^ ]*/(mnist_mlp|mnist_ddp|transformer_reverse|gpt)' <<< "$*" | head -1)")
 
+# Every process below PID (children, their children, …).
+descendants() {
+  local child
+  for child in $(pgrep -P "$1" || true); do echo "$child"; descendants "$child"; done
+}
+
 for round in 1 2; do
   rm -f "$work/run.ckpt"
   "$@" --max-steps "$steps" --save "$work/run.ckpt" --save-every "$every" > "$work/killed.log" 2>&1 &
@@ -39,8 +45,10 @@ for round in 1 2; do
   for _ in $(seq 600); do [ -e "$work/run.ckpt" ] || ! kill -0 $job 2>/dev/null && break; sleep 0.05; done
   sleep "0.$(( RANDOM % 8 ))"
   if [ $kill_rank = 1 ]; then
-    # The ranks are the processes named after the program (not mpirun or rgrun).
-    mapfile -t ranks < <(pgrep -x "$program" || true)
+    # The ranks: this job's descendants named after the program (not mpirun or rgrun, and
+    # not another job's ranks — ctest runs tests side by side).
+    mapfile -t ranks < <(descendants $job | while read -r p; do
+                           [ "$(cat /proc/$p/comm 2>/dev/null)" = "$program" ] && echo "$p"; done)
     [ ${#ranks[@]} -gt 0 ] && kill -9 "${ranks[RANDOM % ${#ranks[@]}]}" 2>/dev/null || true
   else
     kill -9 $job 2>/dev/null || true

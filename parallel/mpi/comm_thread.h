@@ -144,6 +144,7 @@ class CommThread {
   int64_t collectives_ = 0;  // numbered in push() (guarded by mutex_), published in start()
  public:
   std::shared_ptr<ProgressTable> progress_table;  // set once, before the first collective
+  std::shared_ptr<struct HostLayout> hosts;        // made by the first symmetric_empty
  private:
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -146,6 +146,7 @@ class MpiCommunicator : public Communicator {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;  // the program finalised MPI itself
+    if (auto& hosts = thread_state_->hosts) hosts->free();  // collectives too
     if (auto& table = thread_state_->progress_table) {  // collectives: every rank frees its own
       MPI_Win_free(&table->window);
       MPI_Comm_free(&table->node);
@@ -174,8 +175,10 @@ class MpiCommunicator : public Communicator {
     std::shared_ptr<mpi::SymmetricBuffer> buffer;
     MPI_Comm comm = thread_state_->comm();
     bool wanted = use_shared_memory_;  // every rank joins, wanted or not: a collective
-    enqueue(new_work("symmetric_empty"), 0, -1, [&buffer, comm, nbytes, wanted] {
-      buffer = mpi::SymmetricBuffer::create(comm, nbytes, wanted);
+    std::shared_ptr<mpi::HostLayout>& hosts = thread_state_->hosts;
+    enqueue(new_work("symmetric_empty"), 0, -1, [&buffer, &hosts, comm, nbytes, wanted] {
+      if (!hosts) hosts = mpi::HostLayout::create(comm);  // the first time: a collective too
+      buffer = mpi::SymmetricBuffer::create(comm, *hosts, nbytes, wanted);
       return MPI_REQUEST_NULL;
     })->wait();
     if (!buffer) return empty(shape, options);
@@ -207,7 +210,9 @@ class MpiCommunicator : public Communicator {
       // It runs on the communication thread (in issue order), which keeps its
       // sends/recvs in flight moving while it waits for the peers.
       CommThread* thread = thread_state_.get();  // runs this closure: alive meanwhile
-      return enqueue(new_work("all_reduce (shared memory)"), t.nbytes(), -1,
+      return enqueue(new_work(shared->hierarchical() ? "all_reduce (hierarchical)"
+                                                     : "all_reduce (shared memory)"),
+                     t.nbytes(), -1,
                      [shared, t, op, thread] {
                        shared->all_reduce(t.dtype(), t.numel(), op,
                                           [thread] { thread->progress(); });

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -91,30 +92,59 @@ void reduce_chunk(T* out, const std::vector<const T*>& in, int64_t lo, int64_t h
 
 }  // namespace
 
-std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm comm, size_t nbytes,
-                                                         bool wanted) {
+std::shared_ptr<HostLayout> HostLayout::create(MPI_Comm comm) {
   const char* op = "symmetric_empty";
+  auto layout = std::make_shared<HostLayout>();
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  const char* fake = std::getenv("RINGGRAD_TEST_RANKS_PER_HOST");
+  if (fake && std::atoi(fake) > 0)  // a test hook: every k consecutive ranks "share a host"
+    RG_MPI(op, MPI_Comm_split, comm, rank / std::atoi(fake), rank, &layout->local);
+  else
+    RG_MPI(op, MPI_Comm_split_type, comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &layout->local);
+  MPI_Comm_rank(layout->local, &layout->local_rank);
+  MPI_Comm_size(layout->local, &layout->local_size);
+  RG_MPI(op, MPI_Comm_split, comm, layout->local_rank, rank, &layout->cross);
+  MPI_Comm_size(layout->cross, &layout->hosts);
+  // min and max ranks per host, and the most hosts any rank sees: the same on every rank
+  // (with unequal hosts, cross groups differ in size)
+  int sizes[3] = {layout->local_size, -layout->local_size, -layout->hosts};
+  RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, sizes, 3, MPI_INT, MPI_MIN, comm);
+  layout->uniform = sizes[0] == -sizes[1];
+  layout->hosts = -sizes[2];
+  return layout;
+}
+
+void HostLayout::free() {
+  if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+  if (cross != MPI_COMM_NULL) MPI_Comm_free(&cross);
+}
+
+std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm world_comm,
+                                                         const HostLayout& hosts, size_t nbytes,
+                                                         bool wanted) {
+  const char* op = "symmetric_empty";
+  int world_size = 1;
+  MPI_Comm_size(world_comm, &world_size);
 
   // Symmetric means the same size everywhere: a mismatch is the caller's bug.
   // And shared memory only if every rank wants it.
   long long agree[3] = {static_cast<long long>(nbytes), -static_cast<long long>(nbytes),
                         wanted ? 1 : 0};
-  RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, agree, 3, MPI_LONG_LONG, MPI_MIN, comm);
+  RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, agree, 3, MPI_LONG_LONG, MPI_MIN, world_comm);
   RG_CHECK(agree[0] == -agree[1], op,
            "expected the same size on every rank (it is allocated by all ranks together), got ",
            nbytes, " bytes here, and sizes from ", agree[0], " to ", -agree[1], " across ranks");
-  if (agree[2] == 0) return nullptr;
-
-  // Only when every rank shares this host (the answer is the same on every rank).
-  MPI_Comm local;
-  RG_MPI(op, MPI_Comm_split_type, comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-  int local_size = 0;
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  if (size == 1 || local_size != size) return nullptr;
+  if (agree[2] == 0 || world_size == 1) return nullptr;
+  // One host: the flat all-reduce through shared memory. Several hosts: hierarchical,
+  // when each has the same number of ranks, more than one (with one rank per host there
+  // is nothing to share: MPI's own all-reduce is the hierarchy). The same answer everywhere.
+  const bool one_host = hosts.hosts == 1;
+  if (!one_host && (!hosts.uniform || hosts.local_size == 1)) return nullptr;
+  // From here on, "the ranks" are this host's: segments are shared within it.
+  MPI_Comm comm = hosts.local;
+  const int rank = hosts.local_rank, size = hosts.local_size;
 
   // Names no other job on this host uses: rank 0's pid and clock, then the rank.
   uint64_t stem[2] = {static_cast<uint64_t>(getpid()),
@@ -122,6 +152,8 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm comm, size_t n
   RG_MPI(op, MPI_Bcast, stem, 2, MPI_UINT64_T, 0, comm);
 
   std::shared_ptr<SymmetricBuffer> buffer(new SymmetricBuffer(rank, size, nbytes));
+  buffer->world_size_ = world_size;
+  if (!one_host) buffer->cross_ = hosts.cross;
   const size_t bytes = segment_bytes(nbytes);
   const std::string own_name = segment_name(stem, rank);
 
@@ -177,6 +209,9 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm comm, size_t n
     }
     ok = failed ? 0 : 1;
     RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+  }
+  if (!one_host) {  // every host must have its segments, or nobody uses them
+    RG_MPI(op, MPI_Allreduce, MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, world_comm);
   }
   if (failed)
     std::fprintf(stderr,
@@ -234,13 +269,26 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op,
   };
   barrier(progress);  // 1. arrive: every contribution is in place
   const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
-  dispatch_all(dtype, [&]<typename T>() {  // 2. my chunk, from every buffer
+  // Across hosts, Avg is a sum here and a division by every host's ranks after 2b.
+  const Reduce local_op = hierarchical() && op == Reduce::Avg ? Reduce::Sum : op;
+  dispatch_all(dtype, [&]<typename T>() {  // 2. my chunk, from every buffer on this host
     if constexpr (!std::is_same_v<T, bool>) {  // bool: refused above
       T* own = static_cast<T*>(data());
       std::vector<const T*> in{own};  // my contribution first, then the others'
       for (int p = 0; p < size_; ++p)
         if (p != rank_) in.push_back(static_cast<const T*>(data_of(p)));
-      reduce_chunk(own, in, lo, hi, op);
+      if (size_ > 1) reduce_chunk(own, in, lo, hi, local_op);
+      if (hierarchical()) {  // 2b. my chunk with its owners on the other hosts, through MPI
+        MPI_Datatype type = std::is_same_v<T, float>    ? MPI_FLOAT
+                            : std::is_same_v<T, double> ? MPI_DOUBLE
+                                                        : MPI_INT64_T;
+        RG_MPI("all_reduce (hierarchical)", MPI_Allreduce, MPI_IN_PLACE, own + lo,
+               static_cast<int>(hi - lo), type, op == Reduce::Max ? MPI_MAX : MPI_SUM, cross_);
+        if (op == Reduce::Avg) {  // divided, as the flat paths do
+          const T n = static_cast<T>(world_size_);
+          for (int64_t i = lo; i < hi; ++i) own[i] /= n;
+        }
+      }
     }
   });
   barrier(progress);  // every chunk is reduced

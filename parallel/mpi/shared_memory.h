@@ -1,4 +1,5 @@
-// shared_memory.h — symmetric memory on one host, and an all-reduce that needs no MPI call.
+// shared_memory.h — symmetric memory within a host, and an all-reduce that needs no MPI call
+// there (and one MPI all-reduce per chunk across hosts: hierarchical).
 //
 // When every rank runs on the same host, each can map the others' memory. A
 // tensor made by Communicator::symmetric_empty lives in such memory: rank r's
@@ -39,6 +40,19 @@
 
 namespace ringgrad::parallel::mpi {
 
+// Which ranks of a communicator share a host, as two communicators: `local`, the ranks
+// on this host, and `cross`, the ranks with this one's local index on every host (one
+// per host). Made once per communicator (a collective), on its communication thread.
+// RINGGRAD_TEST_RANKS_PER_HOST=k (a test hook) pretends that every k consecutive ranks
+// are one host, so the hierarchical all-reduce runs on a single machine.
+struct HostLayout {
+  MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  int local_rank = 0, local_size = 1, hosts = 1;
+  bool uniform = true;  // the same number of ranks on every host
+  static std::shared_ptr<HostLayout> create(MPI_Comm comm);
+  void free();  // collective; with the communicator
+};
+
 class SymmetricBuffer {
  public:
   // Collective over comm: every rank creates a segment of `nbytes` data bytes
@@ -46,7 +60,18 @@ class SymmetricBuffer {
   // not share one host, when some rank does not want it (RINGGRAD_SHM_ALLREDUCE=0
   // there), or when any rank could not get the memory (no /dev/shm, or too
   // little room in it): the caller then uses ordinary memory.
-  static std::shared_ptr<SymmetricBuffer> create(MPI_Comm comm, size_t nbytes, bool wanted);
+  //
+  // Ranks on several hosts (the same number on each, more than one): each host's ranks
+  // share their segments, and the all-reduce is hierarchical, the shape NCCL uses across
+  // nodes — 2. each rank reduces its chunk over its host's buffers, 2b. MPI all-reduces
+  // that chunk with the ranks holding the same chunk on the other hosts (`cross`: all
+  // hosts' chunk owners work at once, each on 1/local_size of the bytes), 3. every rank
+  // copies the other chunks from their owners on its host. Every rank ends with the same
+  // bits; equal to the flat all-reduce exactly on integers, within rounding on floats
+  // (the sums are grouped by host).
+  static std::shared_ptr<SymmetricBuffer> create(MPI_Comm comm, const HostLayout& hosts,
+                                                 size_t nbytes, bool wanted);
+  bool hierarchical() const { return cross_ != MPI_COMM_NULL; }
   ~SymmetricBuffer();  // unmaps this rank's views; the memory goes with the last one
   SymmetricBuffer(const SymmetricBuffer&) = delete;
   SymmetricBuffer& operator=(const SymmetricBuffer&) = delete;
@@ -70,7 +95,9 @@ class SymmetricBuffer {
   // Steps' ends: every rank's counter reaches epoch_.
   void barrier(const std::function<void()>& progress);
 
-  int rank_, size_;
+  int rank_, size_;  // on this host
+  MPI_Comm cross_ = MPI_COMM_NULL;  // hierarchical: the other hosts' owners of my chunk
+  int world_size_ = 1;              // ranks on all hosts (Avg divides by it)
   size_t nbytes_;
   std::vector<char*> base_;  // each rank's segment as mapped here (header, then data)
   uint64_t epoch_ = 0;       // barriers passed so far, the same count on every rank

@@ -310,6 +310,21 @@ void test_symmetric_all_reduce(rg::parallel::Communicator& comm) {
       }
     }
   }
+  // Real-valued data (no exact sums): every rank must end with the same bits — the
+  // hierarchical path (ranks on several hosts) included — and within rounding of MPI's.
+  {
+    rg::Generator gen(1234 + rank);
+    const int64_t n = 30011;
+    rg::Tensor t = comm.symmetric_empty({n});
+    rg::Tensor plain = rg::randn({n}, {}, &gen);
+    t.copy_(plain);
+    comm.all_reduce(t, Reduce::Avg);
+    comm.all_reduce(plain, Reduce::Avg);
+    rg::Tensor everyone = comm.all_gather(t);
+    check(max_diff(everyone, t.unsqueeze(0).expand({N, n})) == 0,
+          "symmetric all_reduce of real values: the same bits on every rank");
+    check(max_diff(t, plain) <= 1e-6, "symmetric all_reduce of real values: within rounding of MPI's");
+  }
   // Many back-to-back rounds, ranks arriving at different times: the barriers
   // must keep a fast rank from overwriting its buffer while a slow one reads it.
   rg::Tensor t = comm.symmetric_empty({4099});
