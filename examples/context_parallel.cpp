@@ -3,6 +3,7 @@
 //
 //   scripts/rgrun -n 2 build/bin/context_parallel [--seq 4096] [--d-model 128] [--steps 3]
 //                                                 [--trace FILE.json] [--dp 1]
+//                                                 [--log FILE.jsonl [--log-every 1]]
 //
 // As in the article (torch.nn.Transformer, input (1, T, d_model), output = model(x, x),
 // loss = output.mean(), AdamW), but inside rg::parallel::context_parallel: each rank
@@ -22,6 +23,9 @@
 // sharded run must give the same numbers.
 // --trace writes a Chrome trace of the second step: on each rank's comm track the K/V
 // sends and receives of the ring, next to the attention computing on the compute track.
+// Each step prints the loss averaged over every rank's positions (the whole batch's loss);
+// --log FILE.jsonl writes it as a JSON line every --log-every steps (examples/metrics_log.h),
+// and a terminal shows a progress bar below the step lines (examples/progress_bar.h).
 // Ends with: RESULT example=context_parallel world=N seq=T max_diff=… tokens_per_s=…
 #include <ringgrad/parallel/context_parallel.h>
 #include <ringgrad/parallel/device_mesh.h>
@@ -31,10 +35,14 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
+#include "metrics.h"
+#include "metrics_log.h"
 #include "parse_on_every_rank.h"
+#include "progress_bar.h"
 
 namespace rg = ringgrad;
 
@@ -55,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace_path, "write a Chrome trace of the second step to FILE.json");
   app.add_option("--check-up-to", check_up_to,
                  "compare with a single-process run when seq is at most this (0: never)");
+  LogOptions log_options{.every = 1};  // --log FILE.jsonl --log-every N (metrics_log.h)
+  log_options.add_options(app);
   if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return rg::parallel::main_guard(world, [&] {
@@ -89,6 +99,11 @@ int main(int argc, char** argv) {
     rg::reset_peak_memory();  // measure the sharded run only
 
     double max_diff = -1, seconds = 0, last_loss = 0;
+    LossMeter loss_meter;  // of the whole batch: each step's loss is averaged over every rank
+    MetricsLog log(log_options.path, world.is_main());
+    RateMeter rate;
+    ProgressBar bar(world.is_main(), /*plain_lines=*/0);  // the step lines say how far it is
+    bar.start("steps", steps, 0, double(dp * seq), "tokens");
     for (int64_t step = 0; step < steps; ++step) {
       const bool traced = !trace_path.empty() && step == std::min<int64_t>(1, steps - 1);
       if (traced) rg::trace::start(trace_path, world.rank(), world.size());
@@ -117,15 +132,25 @@ int main(int argc, char** argv) {
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (traced) {
         std::string where = rg::parallel::stop_trace(world, trace_path);
-        if (world.is_main())
-          std::printf("trace of step %lld written to %s\n  open it at https://ui.perfetto.dev\n",
-                      static_cast<long long>(step + 1), where.c_str());
+        bar.message("trace of step " + std::to_string(step + 1) + " written to " + where +
+                    "\n  open it at https://ui.perfetto.dev");
       }
-      if (world.is_main())
-        std::printf("step %lld/%lld  loss (rank 0's shard) %.6f  %.2f s\n",
-                    static_cast<long long>(step + 1), static_cast<long long>(steps), last_loss,
+      // Equal shards: the mean of the ranks' losses is the loss of every sequence's positions.
+      const double loss = sum_over_ranks(&all, last_loss) / all.size();
+      loss_meter.add(loss);
+      char line[160];
+      std::snprintf(line, sizeof line, "step %lld/%lld  loss %.6f  %.2f s",
+                    static_cast<long long>(step + 1), static_cast<long long>(steps), loss,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      bar.message(line);
+      if (log_options.due(step + 1) || step + 1 == steps)
+        log.write({{"step", step + 1}, {"loss", loss_meter.flush(nullptr)},  // already every rank's
+                   {"tokens_per_s", std::round(rate.rate(double(dp * seq * (step + 1))))},
+                   {"lr", opt.param_groups()[0].lr}});
+      bar.set_loss(loss);
+      bar.update(step + 1);
     }
+    bar.close();
     rg::MemoryStats mem = rg::memory_stats();
     if (world.is_main()) {
       if (max_diff >= 0)

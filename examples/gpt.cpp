@@ -38,6 +38,10 @@
 //   RESULT example=gpt world=N strategy=S dp=… cp=… tp=… pp=… val_loss=… unigram_loss=… tokens_per_s=…
 // where unigram_loss is the entropy (nats/char) of the validation text's byte
 // frequencies: the loss of a model that learned nothing but how often each byte occurs.
+// The train loss printed is the mean over every rank and every step since the last line.
+// --log-every N also prints it every N steps; --log FILE.jsonl writes a JSON line at each
+// of those and at each evaluation (step, loss, val_loss, tokens/s, lr, elapsed_s:
+// examples/metrics_log.h). On a terminal rank 0 shows a progress bar under the lines.
 //
 // --save PATH writes one checkpoint file (optim/checkpoint.h): the model (whole, from any
 // strategy), the optimizer state (whole, in the form a plain AdamW writes), the schedule
@@ -63,7 +67,9 @@
 #include <chrono>
 
 #include "checkpointing.h"
+#include "metrics_log.h"
 #include "parse_on_every_rank.h"
+#include "progress_bar.h"
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -472,7 +478,7 @@ int main(int argc, char** argv) {
   int dp = 0, cp = 1, tp = 1, pp = 1;
   int64_t micro_batches = 4;
   int64_t steps = 1000, batch = 16, eval_every = 100, eval_batches = 8, sample_length = 300,
-          top_k = 20, log_every = 0;
+          top_k = 20;
   double lr = 3e-3, temperature = 0.8;
   uint64_t seed = 0;
   app.add_option("--data", data, "a text file (default: the fortunes package's files)");
@@ -495,8 +501,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--eval-every", eval_every, "steps between train/val loss lines")->check(CLI::PositiveNumber);
   app.add_option("--eval-batches", eval_batches, "validation batches per evaluation")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", log_every, "also print the training loss every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber);
+  LogOptions log_options{.every = 0};  // --log FILE.jsonl --log-every N (metrics_log.h)
+  log_options.add_options(app, "also print (and --log) the training loss every N steps (0: never)");
   app.add_option("--prompt", prompt, "the start of the generated sample");
   app.add_option("--sample-length", sample_length, "bytes to generate at the end (0: none)")
       ->check(CLI::NonNegativeNumber);
@@ -631,6 +637,13 @@ int main(int argc, char** argv) {
     const int64_t end = ckpt.max_steps > 0 ? std::min(ckpt.max_steps, steps) : steps;
     double seconds = 0, train_loss = 0, window_loss = 0;
     int64_t window_steps = 0, timed_tokens = 0;
+    const int64_t tokens_per_step = batch * dp * config.seq;
+    // Rank 0's bar (its lines above it) and JSON lines; a resumed run appends to the log.
+    ProgressBar bar(world.is_main(), /*plain_lines=*/0);  // the loss lines say how far it is
+    bar.start("gpt", steps, start_step, double(tokens_per_step), "tokens");
+    MetricsLog log(log_options.path, world.is_main(), /*append=*/start_step > 0);
+    RateMeter rate;
+    char line[200];
     for (int64_t step = start_step; step < end; ++step) {
       const bool traced = !trace_path.empty() && step == start_step + 2;
       if (traced) rg::trace::start(trace_path, world.rank(), world.size());
@@ -653,26 +666,38 @@ int main(int argc, char** argv) {
       if (step > start_step) seconds += elapsed, timed_tokens += batch * dp * config.seq;  // not the first: warm-up
       if (traced) {
         std::string where = par::stop_trace(world, trace_path);
-        if (world.is_main()) std::printf("trace of step %lld written to %s\n", static_cast<long long>(step + 1), where.c_str());
+        bar.message("trace of step " + std::to_string(step + 1) + " written to " + where);
       }
       window_loss += local, ++window_steps;
       if (ckpt.due(step + 1) && step + 1 < end) gather_and_save(step + 1);
       const bool eval_now = (step + 1) % eval_every == 0 || step + 1 == end;
-      const bool log_now = log_every > 0 && (step + 1) % log_every == 0;
-      if (eval_now || log_now) {
+      const bool log_now = log_options.due(step + 1);
+      MetricsLog::Line entry;
+      if (eval_now || log_now) {  // the mean over every rank and every step since the last line
         train_loss = mean_over_ranks(window_loss / double(window_steps));
         window_loss = 0, window_steps = 0;
+        bar.set_loss(train_loss);
+        entry = {{"step", step + 1}, {"loss", train_loss},
+                 {"tokens_per_s", std::round(rate.rate(double(tokens_per_step * (step + 1 - start_step))))},
+                 {"lr", trainer.optimizer().param_groups()[0].lr}};
       }
-      if (log_now && world.is_main())
-        std::printf("step %5lld  train loss %.6f\n", static_cast<long long>(step + 1), train_loss);
+      if (log_now) {
+        std::snprintf(line, sizeof line, "step %5lld  train loss %.6f", static_cast<long long>(step + 1), train_loss);
+        bar.message(line);
+      }
       if (eval_now) {
         const double val = validation_loss();
-        if (world.is_main())
-          std::printf("step %5lld/%lld  train loss %.4f  val loss %.4f  (%.2f of unigram)  %.0f tokens/s\n",
+        std::snprintf(line, sizeof line, "step %5lld/%lld  train loss %.4f  val loss %.4f  (%.2f of unigram)  %.0f tokens/s",
                       static_cast<long long>(step + 1), static_cast<long long>(steps), train_loss, val,
                       val / unigram, seconds > 0 ? double(timed_tokens) / seconds : 0.0);
+        bar.message(line);
+        entry["val_loss"] = val;
+        rate.restart(double(tokens_per_step * (step + 1 - start_step)));  // not the evaluation's time
       }
+      if (eval_now || log_now) log.write(std::move(entry));
+      bar.update(step + 1);
     }
+    bar.close();
     const double val = validation_loss();
 
     // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy.

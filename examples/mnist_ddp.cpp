@@ -6,7 +6,15 @@
 // (DistributedSampler, reshuffled by set_epoch); DistributedDataParallel
 // averages the gradients across ranks during backward, so every rank takes the
 // same Adam step. Per-rank batch 64, Adam lr 1e-3, 5 epochs; rank 0 prints.
+// Each epoch's line has the training loss averaged over every rank's batches, and the test
+// accuracy evaluated in shards: each rank evaluates 1/N of the test set and the counts are
+// summed (examples/metrics.h) — the same number one process evaluating all of it prints.
 // Ends with: RESULT example=mnist_ddp world=N test_acc=… samples_per_s=… (global)
+//
+// --log FILE.jsonl writes one JSON line every --log-every steps (default 50) and at each
+// epoch's end (with the test accuracy): step, epoch, loss, samples/s, lr, elapsed seconds
+// (examples/metrics_log.h; scripts/plot draws it). On a terminal rank 0 shows a progress
+// bar (examples/progress_bar.h), plain lines otherwise.
 //
 // --save PATH [--save-every N], --resume PATH, --max-steps N: one checkpoint file,
 // written by rank 0 (every replica holds the same state) and read by every rank; a
@@ -28,12 +36,16 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "checkpointing.h"
+#include "metrics.h"
+#include "metrics_log.h"
 #include "parse_on_every_rank.h"
+#include "progress_bar.h"
 #include "simple_model.h"
 
 namespace rg = ringgrad;
@@ -57,6 +69,8 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace_path, "write a Chrome trace of a few steps to FILE.json");
   app.add_option("--trace-steps", trace_steps, "steps to trace (after 2 warm-up steps)")
       ->check(CLI::PositiveNumber);
+  LogOptions log_options{.every = 50};  // --log FILE.jsonl --log-every N (metrics_log.h)
+  log_options.add_options(app);
   if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return rg::parallel::main_guard(world, [&] {
@@ -102,19 +116,31 @@ int main(int argc, char** argv) {
     // Tracing covers steps [trace_first, trace_end): after warm-up, a bounded number.
     const int64_t trace_first = 2, trace_end = trace_first + trace_steps;
     int64_t step = at.step;  // steps taken, over all epochs
+    ProgressBar bar(world.is_main());  // rank 0: a bar on a terminal, plain lines otherwise
     auto finish_trace = [&] {
       std::string where = rg::parallel::stop_trace(world, trace_path);
       if (where.empty()) return;
-      if (world.is_main())
-        std::printf(
-            "trace: steps %lld-%lld written to %s\n"
-            "  open it at https://ui.perfetto.dev (\"Open trace file\") or chrome://tracing\n",
-            static_cast<long long>(trace_first), static_cast<long long>(step - 1), where.c_str());
+      bar.message("trace: steps " + std::to_string(trace_first) + "-" + std::to_string(step - 1) +
+                  " written to " + where +
+                  "\n  open it at https://ui.perfetto.dev (\"Open trace file\") or chrome://tracing");
     };
 
     double seconds = 0, test_acc = 0;
     int64_t samples = 0;
     const int64_t per_epoch = loader.size();
+    rg::parallel::Communicator& comm = world.communicator();
+    // The loss of every rank's steps (metrics.h), a JSON line per interval, a progress bar:
+    // rank 0 writes and prints, every rank takes part in the averages.
+    LossMeter loss_meter;
+    MetricsLog log(log_options.path, world.is_main(), /*append=*/!ckpt.resume_path.empty());
+    RateMeter rate;
+    auto log_line = [&](int64_t epoch) {  // the interval: mean loss over all ranks, speed
+      const double loss = loss_meter.flush(&comm);  // a collective
+      bar.set_loss(loss);
+      return MetricsLog::Line{{"step", step}, {"epoch", epoch + 1}, {"loss", loss},
+                              {"samples_per_s", std::round(rate.rate(static_cast<double>(samples)))},
+                              {"lr", opt.param_groups()[0].lr}};
+    };
     auto save = [&](int64_t epoch, int64_t batch) {  // rank 0 writes for every replica
       if (world.is_main())
         ckpt.save(model, opt, Checkpointing::progress(step, epoch, batch, per_epoch),
@@ -124,9 +150,11 @@ int main(int argc, char** argv) {
     for (int64_t epoch = at.epoch; epoch < recipe.epochs && !stopped; ++epoch) {
       sampler.set_epoch(epoch);  // a new shuffle each epoch, the same on every rank
       auto start = std::chrono::steady_clock::now();
-      float last = 0;
       const int64_t first = epoch == at.epoch ? at.batch : 0;  // mid-epoch after --resume
       int64_t batch = first;
+      loss_meter.new_epoch();
+      bar.start("Epoch " + std::to_string(epoch + 1) + "/" + std::to_string(recipe.epochs), per_epoch,
+                first, static_cast<double>(recipe.batch_size * world.size()), "samples");
       for (auto& [x, y] : loader.starting_at(first)) {
         if (!trace_path.empty() && step == trace_first)
           rg::trace::start(trace_path, world.rank(), world.size());
@@ -136,22 +164,31 @@ int main(int argc, char** argv) {
           rg::Tensor loss = rg::nn::cross_entropy(ddp(x.to(device)), y.to(device));
           loss.backward();  // buckets are all-reduced while this runs
           opt.step();
-          last = static_cast<float>(loss.item());
+          loss_meter.add(loss.item());
         }
         samples += x.size(0) * world.size();
         if (++step == trace_end) finish_trace();
         ++batch;
         if (ckpt.due(step)) save(epoch, batch);
-        if ((stopped = ckpt.should_stop(step))) break;
+        stopped = ckpt.should_stop(step);
+        // A log line every --log-every steps (the epoch's end writes its own, below).
+        if (log_options.due(step) && batch < per_epoch && !stopped) log.write(log_line(epoch));
+        bar.update(batch);
+        if (stopped) break;
       }
       rg::cuda::synchronize();
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      // Every rank has the same weights: rank 0 evaluates for everyone.
-      if (world.is_main()) {
-        test_acc = accuracy(model, test, device);
+      bar.close();
+      // Every rank has the same weights: each evaluates its share of the test set.
+      MetricsLog::Line line = log_line(epoch);
+      test_acc = accuracy(model, test, device, &comm);
+      line["accuracy"] = test_acc;
+      log.write(std::move(line));
+      rate.restart(static_cast<double>(samples));  // the next interval: training time only
+      if (world.is_main())
         std::printf("[Epoch %lld] Loss: %.4f  test acc %.4f%s\n", static_cast<long long>(epoch + 1),
-                    last, test_acc, batch < per_epoch ? " (stopped mid-epoch: --max-steps)" : "");
-      }
+                    loss_meter.epoch_mean(), test_acc,
+                    batch < per_epoch ? " (stopped mid-epoch: --max-steps)" : "");
       if ((stopped || epoch + 1 == recipe.epochs) && !ckpt.save_path.empty()) {
         save(epoch, batch);
         if (world.is_main())

@@ -7,26 +7,32 @@
 //   build/bin/mnist_mlp [--epochs 5] [--batch-size 64] [--lr 1e-3] [--seed 0]
 //                       [--threads N] [--data DIR] [--device cpu|cuda|auto]
 //                       [--save PATH [--save-every N]] [--resume PATH] [--max-steps N]
-//                       [--trace FILE.json [--trace-steps 20]]
+//                       [--trace FILE.json [--trace-steps 20]] [--log FILE.jsonl [--log-every 50]]
 //
 // --save writes one checkpoint file (model, Adam state, the epoch and batch reached, the
 // generator) at the end and every --save-every steps; --resume continues from it exactly:
 // killed at any step and resumed, the run ends with the same bits as an uninterrupted one
 // (examples/checkpointing.h, tests/check_resume.sh).
-// Prints progress within each epoch, train loss and test accuracy per epoch,
+// Shows progress within each epoch (a bar on a terminal, plain lines otherwise:
+// examples/progress_bar.h), train loss and test accuracy per epoch,
 // and ends with: RESULT example=mnist_mlp epochs=E test_acc=… samples_per_s=…
+// --log FILE.jsonl writes a JSON line every --log-every steps and at each epoch's end (with
+// the test accuracy): step, epoch, loss, samples/s, lr, elapsed_s (examples/metrics_log.h).
 // --trace writes a Chrome trace of a few steps after 2 warm-up steps (forward, backward
 // per op, the optimizer step): open it at https://ui.perfetto.dev.
 #include <ringgrad/ringgrad.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "checkpointing.h"
+#include "metrics.h"
+#include "metrics_log.h"
+#include "progress_bar.h"
 #include "simple_model.h"
 
 namespace rg = ringgrad;
@@ -47,6 +53,8 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace_path, "write a Chrome trace of a few steps to FILE.json");
   app.add_option("--trace-steps", trace_steps, "steps to trace (after 2 warm-up steps)")
       ->check(CLI::PositiveNumber);
+  LogOptions log_options{.every = 50};  // --log FILE.jsonl --log-every N (metrics_log.h)
+  log_options.add_options(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -78,7 +86,10 @@ int main(int argc, char** argv) {
                 static_cast<long long>(train.size()), static_cast<long long>(test.size()),
                 rg::get_num_threads());
 
-    const bool tty = isatty(fileno(stdout));
+    ProgressBar bar;  // a bar on a terminal, plain lines otherwise
+    LossMeter loss_meter;  // mean loss per log interval and per epoch (metrics.h)
+    MetricsLog log(log_options.path, /*writer=*/true, /*append=*/!ckpt.resume_path.empty());
+    RateMeter rate;
     double test_acc = 0, train_seconds = 0;
     int64_t samples = 0;
     // Tracing covers steps [trace_first, trace_end): after warm-up, a bounded number.
@@ -87,11 +98,16 @@ int main(int argc, char** argv) {
     auto finish_trace = [&] {
       std::string file = rg::trace::stop();
       if (file.empty()) return;
-      std::printf(
-          "%strace: steps %lld-%lld written to %s\n"
-          "  open it at https://ui.perfetto.dev (\"Open trace file\") or chrome://tracing\n",
-          tty ? "\n" : "", static_cast<long long>(trace_first),
-          static_cast<long long>(global_step - 1), file.c_str());
+      bar.message("trace: steps " + std::to_string(trace_first) + "-" +
+                  std::to_string(global_step - 1) + " written to " + file +
+                  "\n  open it at https://ui.perfetto.dev (\"Open trace file\") or chrome://tracing");
+    };
+    auto log_line = [&](int64_t epoch) {  // the interval's mean loss and speed
+      const double loss = loss_meter.flush(nullptr);
+      bar.set_loss(loss);
+      return MetricsLog::Line{{"step", global_step}, {"epoch", epoch + 1}, {"loss", loss},
+                              {"samples_per_s", std::round(rate.rate(static_cast<double>(samples)))},
+                              {"lr", opt.param_groups()[0].lr}};
     };
     const int64_t steps = loader.size();
     auto save = [&](int64_t epoch, int64_t batch) {
@@ -101,9 +117,11 @@ int main(int argc, char** argv) {
     for (int64_t epoch = at.epoch; epoch < epochs && !stopped; ++epoch) {
       loader.set_epoch(epoch);
       auto start = std::chrono::steady_clock::now();
-      double loss_sum = 0;
       const int64_t first = epoch == at.epoch ? at.batch : 0;  // mid-epoch after --resume
       int64_t step = first;  // batches of this epoch taken
+      loss_meter.new_epoch();
+      bar.start("Epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), steps, first,
+                static_cast<double>(batch_size), "samples");
       for (auto& [x, y] : loader.starting_at(first)) {
         if (!trace_path.empty() && global_step == trace_first) rg::trace::start(trace_path);
         {
@@ -113,31 +131,29 @@ int main(int argc, char** argv) {
           rg::Tensor loss = rg::nn::cross_entropy(model(x.to(device)), y.to(device));
           loss.backward();
           opt.step();
-          loss_sum += loss.item();
+          loss_meter.add(loss.item());
         }
         samples += x.size(0);
         if (++global_step == trace_end) finish_trace();
         ++step;
         if (ckpt.due(global_step)) save(epoch, step);
-        if ((stopped = ckpt.should_stop(global_step))) break;
-        // Progress: a line updated in place on a terminal, a plain line each quarter otherwise.
-        bool show = tty ? (step % 50 == 0 || step == steps)
-                        : (step < steps && step % std::max<int64_t>(1, steps / 4) == 0);
-        if (show) {
-          std::printf("%s[Epoch %lld] %5lld/%lld  loss %.4f%s", tty ? "\r" : "",
-                      static_cast<long long>(epoch + 1),
-                      static_cast<long long>(step), static_cast<long long>(steps),
-                      loss_sum / static_cast<double>(step - first), tty ? "" : "\n");
-          std::fflush(stdout);
-        }
+        stopped = ckpt.should_stop(global_step);
+        // A log line every --log-every steps (the epoch's end writes its own, below).
+        if (log_options.due(global_step) && step < steps && !stopped) log.write(log_line(epoch));
+        bar.update(step);
+        if (stopped) break;
       }
       train_seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       rg::cuda::synchronize();  // GPU work is asynchronous: finish it before reading the clock
+      bar.close();
+      MetricsLog::Line line = log_line(epoch);
       test_acc = accuracy(model, test, device);
-      std::printf("%s[Epoch %lld] train loss %.4f  test acc %.4f%s\n", tty ? "\r" : "",
-                  static_cast<long long>(epoch + 1),
-                  step > first ? loss_sum / static_cast<double>(step - first) : 0.0, test_acc,
+      line["accuracy"] = test_acc;
+      log.write(std::move(line));
+      rate.restart(static_cast<double>(samples));  // the next interval: training time only
+      std::printf("[Epoch %lld] train loss %.4f  test acc %.4f%s\n", static_cast<long long>(epoch + 1),
+                  loss_meter.epoch_mean(), test_acc,
                   step < steps ? " (stopped mid-epoch: --max-steps)" : "");
       if (stopped || epoch + 1 == epochs) {
         if (!ckpt.save_path.empty()) {

@@ -11,6 +11,9 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
+
+#include "metrics.h"
 
 struct SimpleModel : ringgrad::nn::Module {
   ringgrad::nn::Linear fc1{784, 256}, fc2{256, 10};
@@ -46,15 +49,20 @@ struct MnistRecipe {
   }
 };
 
-// Fraction of `data` that the model classifies correctly (no gradients, eval mode).
+// Fraction of `data` that the model classifies correctly (no gradients, eval mode). With a
+// communicator of N ranks each rank evaluates every N-th batch and the counts are summed
+// (a collective: every rank calls it); the batches are the ones one process makes, so the
+// result is the one-process accuracy exactly (examples/metrics.h).
 inline double accuracy(ringgrad::nn::Module& model, const ringgrad::data::Dataset& data,
-                       ringgrad::Device device = ringgrad::kCPU) {
+                       ringgrad::Device device = ringgrad::kCPU,
+                       ringgrad::parallel::Communicator* comm = nullptr, int64_t batch = 1000) {
   ringgrad::NoGradGuard no_grad;
   model.eval();
-  ringgrad::data::DataLoader loader(data, {.batch_size = 1000});
   int64_t correct = 0;
-  for (auto& [x, y] : loader)
+  for (const std::vector<int64_t>& indices : eval_shard(data.size(), batch, comm)) {
+    auto [x, y] = data.get_batch(indices);
     correct += (model(x.to(device)).argmax(1) == y.to(device)).sum().item<int64_t>();
+  }
   model.train();
-  return static_cast<double>(correct) / static_cast<double>(data.size());
+  return sum_over_ranks(comm, static_cast<double>(correct)) / static_cast<double>(data.size());
 }

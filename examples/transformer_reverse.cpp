@@ -15,12 +15,16 @@
 //   build/bin/transformer_reverse [--steps 1500] [--batch-size 64] [--d-model 64]
 //                                 [--layers 2] [--lr 1e-3] [--seed 0] [--threads N]
 //                                 [--save PATH [--save-every N]] [--resume PATH] [--max-steps N]
+//                                 [--log FILE.jsonl [--log-every 50]]
 // --save/--resume: one checkpoint file (model, AdamW, the schedule, both generators, the
 // step); a resumed run continues exactly (examples/checkpointing.h). --steps is the
 // schedule's length; --max-steps stops earlier, to resume later.
+// Shows a progress bar on a terminal (plain lines otherwise: examples/progress_bar.h) with
+// the mean loss of the last log interval; --log FILE.jsonl writes a JSON line every
+// --log-every steps (step, loss, tokens/s, lr, elapsed_s) and a last one with the held-out
+// exact match as "accuracy" (examples/metrics_log.h).
 // Ends with: RESULT example=transformer_reverse exact_match=… tokens_per_s=…
 #include <ringgrad/ringgrad.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -28,6 +32,9 @@
 #include <cstdio>
 
 #include "checkpointing.h"
+#include "metrics.h"
+#include "metrics_log.h"
+#include "progress_bar.h"
 
 namespace rg = ringgrad;
 
@@ -161,6 +168,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (default: RINGGRAD_NUM_THREADS or all cores)");
   Checkpointing ckpt;  // --save --save-every --resume --max-steps (checkpointing.h)
   ckpt.add_options(app);
+  LogOptions log_options{.every = 50};  // --log FILE.jsonl --log-every N (metrics_log.h)
+  log_options.add_options(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -197,10 +206,21 @@ int main(int argc, char** argv) {
                 static_cast<long long>(layers), static_cast<long long>(layers),
                 rg::get_num_threads());
 
-    const bool tty = isatty(fileno(stdout));
     int64_t tokens = 0;
-    double seconds = 0, loss_avg = 0;
+    double seconds = 0;
     const int64_t last = ckpt.max_steps > 0 ? std::min(steps, ckpt.max_steps) : steps;
+    ProgressBar bar(/*shown=*/true, /*plain_lines=*/10);
+    bar.start("train", steps, at.step, 0, "tokens");
+    LossMeter loss_meter;  // the mean loss of each log interval (metrics.h)
+    MetricsLog log(log_options.path, /*writer=*/true, /*append=*/!ckpt.resume_path.empty());
+    RateMeter rate;
+    auto log_line = [&](int64_t step) {
+      const double loss = loss_meter.flush(nullptr);
+      bar.set_loss(loss);
+      return MetricsLog::Line{{"step", step}, {"loss", loss},
+                              {"tokens_per_s", std::round(rate.rate(double(tokens)))},
+                              {"lr", opt.param_groups()[0].lr}};
+    };
     for (int64_t step = at.step + 1; step <= last; ++step) {
       auto start = std::chrono::steady_clock::now();
       Batch b = make_batch(batch_size, data_gen);
@@ -214,27 +234,26 @@ int main(int argc, char** argv) {
       schedule.step();
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       tokens += b.tokens;
-      loss_avg = step == at.step + 1 ? loss.item() : 0.98 * loss_avg + 0.02 * loss.item();
+      loss_meter.add(loss.item());
       if (ckpt.due(step)) save(step);
-      bool show = tty ? step % 10 == 0 || step == steps : step % (steps / 10 ? steps / 10 : 1) == 0;
-      if (show) {
-        std::printf("%sstep %5lld/%lld  loss %.4f  lr %.2e  %.0f tokens/s%s", tty ? "\r" : "",
-                    static_cast<long long>(step), static_cast<long long>(steps), loss_avg,
-                    opt.param_groups()[0].lr, double(tokens) / seconds, tty ? "" : "\n");
-        std::fflush(stdout);
-      }
+      if (log_options.due(step) && step < last) log.write(log_line(step));  // the last: below
+      bar.update(step, double(tokens));
     }
+    bar.close();
     if (!ckpt.save_path.empty()) {
       save(std::max(last, at.step));
-      std::printf("%ssaved %s (step %lld)\n", tty ? "\n" : "", ckpt.save_path.c_str(),
+      std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(),
                   static_cast<long long>(std::max(last, at.step)));
     }
+    MetricsLog::Line line = log_line(std::max(last, at.step));
     auto eval_start = std::chrono::steady_clock::now();
     double match = exact_match(model, held_out);
     double eval_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
-    std::printf("%sheld-out: %lld strings, greedy decoding in %.1f s, exact match %.4f\n",
-                tty ? "\n" : "", static_cast<long long>(eval_size), eval_seconds, match);
+    line["accuracy"] = match;  // exact match of whole strings, greedy decoding
+    log.write(std::move(line));
+    std::printf("held-out: %lld strings, greedy decoding in %.1f s, exact match %.4f\n",
+                static_cast<long long>(eval_size), eval_seconds, match);
     std::printf("RESULT example=transformer_reverse exact_match=%.4f tokens_per_s=%.0f\n", match,
                 seconds > 0 ? double(tokens) / seconds : 0.0);
   } catch (const rg::Error& e) {
