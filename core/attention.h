@@ -32,6 +32,9 @@ struct AttentionOptions {
   double dropout_p = 0.0;  // on the attention weights; the caller turns it off in eval
   Generator* generator = nullptr;  // for dropout; default_generator() when null
   int64_t block_q = 128, block_k = 256;  // tile size: queries × keys
+  // Grouped-query attention (torch's enable_gqa): k and v may have Hkv heads, Hkv dividing
+  // q's H; query head h attends with K/V head h / (H / Hkv).
+  bool enable_gqa = false;
 
   // Where these blocks sit in the whole sequence (ring attention sets these).
   int64_t q_offset = 0, k_offset = 0;
@@ -53,6 +56,11 @@ struct AttentionGrads {
 // Differentiable: the attention output, blockwise forward and backward.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options = {});
+
+// K/V heads for grouped-query attention: (B, Hkv, T, D) -> (B, Hkv·groups, T, D), each head
+// repeated `groups` times in a row (torch's repeat_interleave on dim 1). Differentiable: the
+// gradient sums each group back into its head.
+Tensor repeat_kv_heads(const Tensor& kv, int64_t groups);
 
 // The local kernel (no autograd). A row whose keys are all masked gets out = 0, lse = −∞.
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,

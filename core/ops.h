@@ -18,6 +18,8 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
+// pow's gradients follow PyTorch's at the edges: 0 for the base wherever the exponent is 0
+// (also at base 0), 0 for the exponent where the base is 0 and the exponent >= 0.
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, double exponent);
 Tensor maximum(const Tensor& a, const Tensor& b);
@@ -43,6 +45,8 @@ Tensor relu(const Tensor& x);
 enum class GeluApprox { None, Tanh };  // None: x·Φ(x) with erf; Tanh: the tanh approximation
 Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
 Tensor abs(const Tensor& x);
+// Gradient 1 strictly inside the bounds, 0 at a bound and beyond (PyTorch 2.x), so
+// clamp_min(x, 0) and relu agree at 0. clamp_min/clamp_max test only their one bound.
 Tensor clamp(const Tensor& x, double min, double max);
 Tensor clamp_min(const Tensor& x, double min);
 Tensor clamp_max(const Tensor& x, double max);
@@ -60,6 +64,11 @@ Tensor amin(const Tensor& x, const Dims& dims = {}, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // int64 indices
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+// torch.max(x, dim) / torch.min(x, dim): the extreme values along dim and their int64
+// indices (the first on ties, the first NaN if any, as torch on the CPU). The whole
+// gradient goes to that index; amax/amin split it evenly among ties instead.
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim = false);
 // Sum a broadcast gradient back down to `shape` (the inverse of broadcasting).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
@@ -89,7 +98,9 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 
 // ---- indexing ----
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: 1-D int64
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);        // index: same ndim as x
+// gather: out[i][j][k] = x[index[i][j][k]][j][k] for dim 0; index has x's ndim and at most
+// x's size on the other dims (torch's rule). scatter_add takes the same index.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // out = x with src added at index along dim (x[.., index[i], ..] += src[.., i, ..]).
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // out = x with src added at index: out[.., index[i,j], ..] += src[.., i, j, ..] along dim.

@@ -258,11 +258,29 @@ void merge_attention_(Tensor& out, Tensor& lse, const Tensor& block_out, const T
   lse.copy_(where(both_empty, lse, merged));
 }
 
+Tensor repeat_kv_heads(const Tensor& kv, int64_t groups) {
+  RG_CHECK(kv.dim() == 4 && groups >= 1, "repeat_kv_heads",
+           "expected kv (B, Hkv, T, D) and groups >= 1, got ", shape_str(kv.shape()), " and ",
+           groups);
+  if (groups == 1) return kv;
+  const int64_t b = kv.size(0), h = kv.size(1), t = kv.size(2), d = kv.size(3);
+  return kv.unsqueeze(2).expand({b, h, groups, t, d}).reshape({b, h * groups, t, d});
+}
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options) {
   if (q.dim() == 3 && k.dim() == 3 && v.dim() == 3) {  // (N, T, D): one head
     return scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), options)
         .squeeze(1);
+  }
+  if (options.enable_gqa && q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
+      k.size(1) != q.size(1)) {
+    RG_CHECK(k.size(1) > 0 && v.size(1) == k.size(1) && q.size(1) % k.size(1) == 0, kOp,
+             "expected with enable_gqa k and v heads dividing q's heads, got q ",
+             shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
+    const int64_t groups = q.size(1) / k.size(1);
+    return scaled_dot_product_attention(q, repeat_kv_heads(k, groups), repeat_kv_heads(v, groups),
+                                        options);
   }
   AttentionOptions o = options;
   if (o.dropout_p > 0 && q.dim() == 4 && k.dim() == 4) {

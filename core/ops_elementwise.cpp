@@ -108,12 +108,20 @@ Tensor pow(const Tensor& a, const Tensor& b) {
         [a = a.detach(), b = b.detach(), o = out.detach()](const Tensor& g,
                                                            const std::vector<bool>& need) {
           // d/da a^b = b·a^(b-1);  d/db a^b = a^b·log(a)
-          Tensor da, db;
-          if (need[0]) da = sum_to(mul(g, mul(b, pow(a, sub(b, scalar_like(b, 1))))), a.shape());
-          // where a == 0, a^b·log(a) is 0·(-inf): the limit (and PyTorch's answer) is 0
-          if (need[1])
-            db = sum_to(where(eq(a, scalar_like(a, 0)), scalar_like(g, 0), mul(g, mul(o, log(a)))),
+          Tensor da, db, zero = scalar_like(g, 0);
+          // where b == 0, a^b is the constant 1: gradient 0, also at a == 0 where
+          // b·a^(b-1) would be 0·inf (PyTorch's pow_backward_self)
+          if (need[0])
+            da = sum_to(where(eq(b, scalar_like(b, 0)), zero,
+                              mul(g, mul(b, pow(a, sub(b, scalar_like(b, 1)))))),
+                        a.shape());
+          // where a == 0 and b >= 0, a^b·log(a) is 0·(-inf) (or 1·(-inf) at b = 0): PyTorch
+          // answers 0 there (pow_backward_exponent); for b < 0 it is inf·(-inf) = -inf.
+          if (need[1]) {
+            Tensor v = mul(g, mul(o, log(a)));
+            db = sum_to(where(eq(a, scalar_like(a, 0)), where(ge(b, scalar_like(b, 0)), zero, v), v),
                         b.shape());
+          }
           return Grads{da, db};
         });
   return out;
@@ -265,24 +273,39 @@ Tensor abs(const Tensor& x) {
   return out;
 }
 
-Tensor clamp(const Tensor& x, double min, double max) {
-  RG_CHECK(!(min > max), "clamp", "expected min <= max, got ", min, " and ", max);
-  Tensor out = unary_forward(UnaryOp::Clamp, "clamp", x, min, max);
-  // The gradient passes where clamping changed nothing.
+// The gradient passes strictly inside the bounds, PyTorch 2.x's rule: 0 at a bound
+// (so clamp_min(x, 0) and relu agree at 0), 0 for NaN. clamp_min tests only its
+// lower bound and clamp_max only its upper one, so clamp_min(inf, m) passes it.
+static Tensor clamp_impl(const Tensor& x, double min, double max, bool has_min, bool has_max,
+                         const char* name) {
+  RG_CHECK(!(min > max), name, "expected min <= max, got ", min, " and ", max);
+  Tensor out = unary_forward(UnaryOp::Clamp, name, x, min, max);
   if (autograd::needs_grad({&x}))
-    autograd::record("clamp", out, {&x}, [x = x.detach(), y = out.detach()](const Tensor& g) {
-      return Grads{where(eq(x, y), g, scalar_like(g, 0))};
+    autograd::record(name, out, {&x}, [x = x.detach(), min, max, has_min, has_max](const Tensor& g) {
+      Tensor zero = scalar_like(g, 0), dx = g;
+      if (has_max) dx = where(lt(x, scalar_like(x, max)), dx, zero);
+      if (has_min) dx = where(gt(x, scalar_like(x, min)), dx, zero);
+      return Grads{dx};
     });
   return out;
 }
 
-Tensor clamp_min(const Tensor& x, double min) { return clamp(x, min, INFINITY); }
-Tensor clamp_max(const Tensor& x, double max) { return clamp(x, -INFINITY, max); }
+Tensor clamp(const Tensor& x, double min, double max) {
+  return clamp_impl(x, min, max, true, true, "clamp");
+}
+Tensor clamp_min(const Tensor& x, double min) {
+  return clamp_impl(x, min, INFINITY, true, false, "clamp_min");
+}
+Tensor clamp_max(const Tensor& x, double max) {
+  return clamp_impl(x, -INFINITY, max, false, true, "clamp_max");
+}
 
 Tensor pow(const Tensor& x, double exponent) {
   Tensor out = unary_forward(UnaryOp::PowScalar, "pow", x, exponent);
   if (autograd::needs_grad({&x}))
     autograd::record("pow", out, {&x}, [x = x.detach(), exponent](const Tensor& g) {
+      // x^0 is the constant 1: gradient 0 everywhere, also at x = 0 (PyTorch's pow_backward)
+      if (exponent == 0.0) return Grads{zeros(x.shape(), detail::options_of(g))};
       Tensor d = exponent == 2.0 ? mul(x, scalar_like(x, 2.0))
                                  : mul(pow(x, exponent - 1.0), scalar_like(x, exponent));
       return Grads{mul(g, d)};

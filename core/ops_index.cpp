@@ -24,13 +24,27 @@ void check_index(const Tensor& x, const Tensor& index, const char* op) {
   detail::check_same_device(x, index, op);
 }
 
-// gather/scatter_add: index has x's rank and x's sizes on every dim but `dim`.
-void check_gather_index(const Tensor& x, int64_t d, const Tensor& index, const char* op) {
+// gather/scatter_add: index has x's rank and, on every dim but `dim`, at most x's size
+// (torch's rule). Returns whether it is smaller somewhere.
+bool check_gather_index(const Tensor& x, int64_t d, const Tensor& index, const char* op) {
   check_index(x, index, op);
-  bool ok = index.dim() == x.dim();
-  for (int64_t i = 0; ok && i < x.dim(); ++i) ok = i == d || index.size(i) == x.size(i);
-  RG_CHECK(ok, op, "expected an index shaped like the input except along dim ", d, ", got ",
-           shape_str(index.shape()), " for input ", shape_str(x.shape()));
+  bool ok = index.dim() == x.dim(), smaller = false;
+  for (int64_t i = 0; ok && i < x.dim(); ++i) {
+    ok = i == d || index.size(i) <= x.size(i);
+    smaller = smaller || (i != d && index.size(i) < x.size(i));
+  }
+  RG_CHECK(ok, op, "expected an index with the input's rank and at most its size on every dim "
+           "but dim ", d, ", got ", shape_str(index.shape()), " for input ", shape_str(x.shape()));
+  return smaller;
+}
+
+// The part of x that an index smaller than x reaches: x[:i0, :i1, …] on every dim but
+// `dim` (a view). The kernels take index and x of one size outside dim; this is that x.
+Tensor reached_part(const Tensor& x, int64_t d, const Tensor& index) {
+  Tensor part = x;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (i != d) part = part.narrow(i, 0, index.size(i));
+  return part;
 }
 
 }  // namespace
@@ -84,13 +98,14 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const char* op = "gather";
   detail::check_defined(x, op);
   int64_t d = normalize_dim(dim, x.dim(), op);
-  check_gather_index(x, d, index, op);
+  bool smaller = check_gather_index(x, d, index, op);
+  Tensor xc = (smaller ? reached_part(x.detach(), d, index) : x).contiguous();
+  Tensor ic = index.contiguous();
   int64_t outer, inner;
-  split_around(x.shape(), d, &outer, &inner);
-  Tensor xc = x.contiguous(), ic = index.contiguous();
+  split_around(xc.shape(), d, &outer, &inner);
   Tensor out = empty(index.shape(), detail::options_of(x));
-  backend(x.device(), op)
-      .gather(ref(xc), ref(ic), ref(out), outer, x.size(d), x.dim() ? index.size(d) : 1, inner);
+  int64_t size = x.dim() ? x.size(d) : 1, n = x.dim() ? index.size(d) : 1;  // 0-d: one element
+  backend(x.device(), op).gather(ref(xc), ref(ic), ref(out), outer, size, n, inner);
   if (autograd::needs_grad({&x}))
     autograd::record(op, out, {&x}, [s = x.shape(), d, ic](const Tensor& g) {
       return Grads{scatter_add(zeros(s, detail::options_of(g)), d, ic, g)};
@@ -104,16 +119,22 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   detail::check_same_dtype(x, src, op);
   detail::check_same_device(x, src, op);
   int64_t d = normalize_dim(dim, x.dim(), op);
-  check_gather_index(x, d, index, op);
+  bool smaller = check_gather_index(x, d, index, op);
   RG_CHECK(src.shape() == index.shape(), op, "expected src shaped like the index ",
            shape_str(index.shape()), ", got ", shape_str(src.shape()));
-  int64_t outer, inner;
-  split_around(x.shape(), d, &outer, &inner);
   Tensor out = x.detach().clone();
+  // An index smaller than x adds into the part it reaches: a contiguous copy of that
+  // part goes through the kernel and back (when the part is contiguous, in place).
+  Tensor part = smaller ? reached_part(out, d, index) : out;
+  bool in_place = part.is_contiguous();
+  Tensor target = in_place ? part : part.clone();
   Tensor ic = index.contiguous(), sc = src.contiguous();
-  backend(x.device(), op)
-      .scatter_add(ref(out), ref(ic), ref(sc), outer, x.size(d), x.dim() ? index.size(d) : 1,
-                   inner);
+  int64_t outer, inner;
+  split_around(target.shape(), d, &outer, &inner);
+  int64_t size = x.dim() ? x.size(d) : 1, n = x.dim() ? index.size(d) : 1;  // 0-d: one element
+  Backend& be = backend(x.device(), op);
+  be.scatter_add(ref(target), ref(ic), ref(sc), outer, size, n, inner);
+  if (!in_place) be.copy(ref(target), ref(part));
   if (autograd::needs_grad({&x, &src}))
     autograd::record(op, out, {&x, &src}, [d, ic](const Tensor& g) {
       return Grads{g, gather(g, d, ic)};

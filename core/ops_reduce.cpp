@@ -162,6 +162,25 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_extreme(ReduceOp::ArgMin, "argmin", x, dim, keepdim);
 }
 
+// torch.max(x, dim) / torch.min(x, dim): the index first (argmax's rule: first on ties,
+// first NaN), then the values gathered at it, so values and indices always agree and
+// gather's backward (a scatter into zeros) sends the whole gradient to that index.
+static ValuesIndices value_extreme(ReduceOp arg_op, const char* name, const Tensor& x,
+                                   int64_t dim, bool keepdim) {
+  Tensor index = arg_extreme(arg_op, name, x, dim, /*keepdim=*/true);
+  int64_t d = normalize_dim(dim, x.dim(), name);
+  Tensor values = gather(x, d, index);
+  if (!keepdim && x.dim() > 0) values = values.squeeze(d), index = index.squeeze(d);
+  return {values, index};
+}
+
+ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
+  return value_extreme(ReduceOp::ArgMax, "max", x, dim, keepdim);
+}
+ValuesIndices min(const Tensor& x, int64_t dim, bool keepdim) {
+  return value_extreme(ReduceOp::ArgMin, "min", x, dim, keepdim);
+}
+
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   RG_CHECK(broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(), "sum_to",

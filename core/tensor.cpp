@@ -264,9 +264,13 @@ Tensor Tensor::mean(const Dims& dims, bool keepdim) const {
   return ringgrad::mean(*this, dims, keepdim);
 }
 Tensor Tensor::max() const { return amax(*this); }
-Tensor Tensor::max(int64_t dim, bool keepdim) const { return amax(*this, {dim}, keepdim); }
+ValuesIndices Tensor::max(int64_t dim, bool keepdim) const {
+  return ringgrad::max(*this, dim, keepdim);
+}
 Tensor Tensor::min() const { return amin(*this); }
-Tensor Tensor::min(int64_t dim, bool keepdim) const { return amin(*this, {dim}, keepdim); }
+ValuesIndices Tensor::min(int64_t dim, bool keepdim) const {
+  return ringgrad::min(*this, dim, keepdim);
+}
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const {
   return ringgrad::argmax(*this, dim, keepdim);
 }

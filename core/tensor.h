@@ -34,6 +34,7 @@ struct Node;
 }
 
 class Tensor;
+struct ValuesIndices;  // x.max(dim) / x.min(dim): values and their int64 indices
 
 // How a new tensor is made: rg::zeros({2, 3}, {.dtype = rg::kFloat64, .requires_grad = true}).
 // An unset dtype means the factory's default: float32, or the source's type (from_vector).
@@ -144,10 +145,11 @@ class Tensor {
   Tensor mean() const;
   Tensor mean(int64_t dim, bool keepdim = false) const;
   Tensor mean(const Dims& dims, bool keepdim = false) const;
-  Tensor max() const;
-  Tensor max(int64_t dim, bool keepdim = false) const;
+  Tensor max() const;  // amax over all dims
+  // torch's x.max(dim): {values, indices}; the gradient goes to the index (ops.h)
+  ValuesIndices max(int64_t dim, bool keepdim = false) const;
   Tensor min() const;
-  Tensor min(int64_t dim, bool keepdim = false) const;
+  ValuesIndices min(int64_t dim, bool keepdim = false) const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
   Tensor logsumexp(int64_t dim, bool keepdim = false) const;
   Tensor softmax(int64_t dim) const;
@@ -183,6 +185,12 @@ class Tensor {
 
  private:
   std::shared_ptr<TensorImpl> impl_;
+};
+
+// What torch.max(x, dim) / torch.min(x, dim) return: `auto [values, indices] = x.max(1);`
+struct ValuesIndices {
+  Tensor values;   // the extremes, differentiable
+  Tensor indices;  // int64 positions along dim
 };
 
 // Prints shape, dtype, device and values (abridged past a few rows/columns).

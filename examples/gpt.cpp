@@ -12,6 +12,10 @@
 // works), token and learned position embeddings, pre-norm blocks of causal
 // self-attention and a GELU MLP, a final LayerNorm, and an LM head tied to the token
 // embedding. AdamW with linear warmup and cosine decay, gradients clipped to norm 1.
+// --norm rmsnorm --pos rope --mlp swiglu --kv-heads K swap in Llama's pieces, each on its own:
+// RMSNorm, rotary q/k at the tokens' global positions (under --cp each shard's own; no wpe),
+// the SwiGLU MLP, grouped-query attention (the ring carries the K K/V heads). Not with
+// --tp or --pp above 1 (refused: the tensor-parallel blocks are GPT-2's).
 //
 // The ranks form a (dp, cp) mesh (parallel/device_mesh.h): each of the dp replicas
 // takes --batch-size sequences of every step's batch, and the cp ranks of a replica
@@ -90,43 +94,83 @@ namespace {
 struct GPTConfig {
   int64_t seq = 128, layers = 4, d_model = 128, heads = 4;
   static constexpr int64_t vocab = 256;  // bytes
+  // The modern (Llama's) blocks, each an option; the defaults are GPT-2's.
+  std::string norm = "layernorm";  // or rmsnorm (nn::RMSNorm, torch's default eps)
+  std::string pos = "learned";     // or rope: rotary embeddings on q and k, no wpe
+  std::string mlp = "gelu";        // or swiglu: w2(silu(w1 x) · w3 x), hidden ≈ 8/3 d_model
+  int64_t kv_heads = 0;            // grouped-query attention: K/V heads (0: --heads)
+  bool gpt2() const {
+    return norm == "layernorm" && pos == "learned" && mlp == "gelu" && (kv_heads == 0 || kv_heads == heads);
+  }
 };
 
-// x + attention(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2.
+std::shared_ptr<rg::nn::Module> make_norm(const GPTConfig& c) {
+  if (c.norm == "rmsnorm") return std::make_shared<rg::nn::RMSNorm>(c.d_model);
+  return std::make_shared<rg::nn::LayerNorm>(c.d_model);
+}
+
+// x + attention(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2 (or, by the
+// options, of Llama: RMSNorm, rotary q/k, grouped-query attention, SwiGLU).
 class Block : public rg::nn::Module {
  public:
-  Block(int64_t d_model, int64_t heads)
-      : ln1(d_model), ln2(d_model), attn(d_model, heads, {.batch_first = true}),
-        fc(d_model, 4 * d_model), proj(4 * d_model, d_model) {
+  // positions: the GPT's (1, seq) global positions, read at every forward (rope).
+  Block(const GPTConfig& c, const rg::Tensor* positions)
+      : d_model(c.d_model), ln1(make_norm(c)), ln2(make_norm(c)),
+        attn(c.d_model, c.heads, {.batch_first = true, .kv_heads = c.kv_heads, .rotary = c.pos == "rope"}),
+        positions_(positions), rope_(c.pos == "rope") {
+    if (c.mlp == "swiglu") {
+      const int64_t hidden = (8 * c.d_model / 3 + 7) / 8 * 8;  // Llama's 2/3 of 4·d, rounded up to 8
+      mlp = std::make_shared<rg::nn::SwiGLU>(c.d_model, hidden);
+    } else {
+      fc = std::make_shared<rg::nn::Linear>(c.d_model, 4 * c.d_model);
+      proj = std::make_shared<rg::nn::Linear>(4 * c.d_model, c.d_model);
+    }
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
-    register_module("fc", fc);
-    register_module("proj", proj);
+    if (mlp) {
+      register_module("mlp", mlp);
+    } else {
+      register_module("fc", fc);
+      register_module("proj", proj);
+    }
   }
   rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor h = ln1(x);
-    rg::Tensor y = x + attn(h, h, h, {.is_causal = true});  // ring attention under context_parallel
-    return y + proj(rg::gelu(fc(ln2(y))));
+    rg::Tensor h = (*ln1)(x);
+    rg::nn::AttentionMasks masks{.is_causal = true};
+    if (rope_) masks.positions = positions_->narrow(1, 0, x.size(1));  // global positions
+    rg::Tensor y = x + attn(h, h, h, masks);  // ring attention under context_parallel
+    rg::Tensor z = (*ln2)(y);
+    return y + (mlp ? (*mlp)(z) : (*proj)(rg::gelu((*fc)(z))));
   }
 
-  rg::nn::LayerNorm ln1, ln2;
+  int64_t d_model;
+  std::shared_ptr<rg::nn::Module> ln1, ln2;  // LayerNorm or RMSNorm
   rg::nn::MultiheadAttention attn;
-  rg::nn::Linear fc, proj;
+  std::shared_ptr<rg::nn::Linear> fc, proj;  // the GELU MLP, or
+  std::shared_ptr<rg::nn::SwiGLU> mlp;       // the SwiGLU one
+
+ private:
+  const rg::Tensor* positions_;
+  bool rope_;
 };
 
 class GPT : public rg::nn::Module {
  public:
   explicit GPT(const GPTConfig& c)
-      : wte(GPTConfig::vocab, c.d_model), wpe(c.seq, c.d_model), ln_f(c.d_model) {
+      : wte(GPTConfig::vocab, c.d_model) {
     register_module("wte", wte);
-    register_module("wpe", wpe);
+    if (c.pos != "rope") {  // learned positions; with rope the blocks rotate q and k instead
+      wpe = std::make_unique<rg::nn::Embedding>(c.seq, c.d_model);
+      register_module("wpe", *wpe);
+    }
     blocks = register_module("blocks", std::make_shared<rg::nn::Sequential>());
-    for (int64_t i = 0; i < c.layers; ++i) blocks->add(std::make_shared<Block>(c.d_model, c.heads));
+    for (int64_t i = 0; i < c.layers; ++i) blocks->add(std::make_shared<Block>(c, &positions));
+    ln_f = make_norm(c);
     register_module("ln_f", ln_f);
     rg::NoGradGuard no_grad;  // GPT-2's embedding init: small, as the head shares it
     rg::nn::init::normal_(wte.weight, 0.0, 0.02);
-    rg::nn::init::normal_(wpe.weight, 0.0, 0.02);
+    if (wpe) rg::nn::init::normal_(wpe->weight, 0.0, 0.02);
     positions = rg::arange(c.seq, {.dtype = rg::kInt64}).unsqueeze(0);
   }
 
@@ -135,14 +179,15 @@ class GPT : public rg::nn::Module {
   // `positions` with the tokens).
   rg::Tensor forward(const rg::Tensor& tokens) override {
     rg::Tensor pos = positions.narrow(1, 0, tokens.size(1));
-    rg::Tensor x = wte(tokens) + wpe(pos);
-    x = ln_f((*blocks)(x));
+    rg::Tensor x = wpe ? wte(tokens) + (*wpe)(pos) : wte(tokens);
+    x = (*ln_f)((*blocks)(x));
     return rg::matmul(x, wte.weight.t());  // the LM head, tied to the token embedding
   }
 
-  rg::nn::Embedding wte, wpe;
+  rg::nn::Embedding wte;
+  std::unique_ptr<rg::nn::Embedding> wpe;  // null with --pos rope
   std::shared_ptr<rg::nn::Sequential> blocks;
-  rg::nn::LayerNorm ln_f;
+  std::shared_ptr<rg::nn::Module> ln_f;  // LayerNorm or RMSNorm
   rg::Tensor positions;  // (1, seq) int64; not a parameter or buffer
 };
 
@@ -210,15 +255,17 @@ std::pair<rg::Tensor, rg::Tensor> windows(const std::string& text, const std::ve
 
 // ---------------------------------------------------------------- tensor and pipeline parallel
 
-// A Block with its heads and MLP split across the tp group (Megatron's layout).
+// A Block with its heads and MLP split across the tp group (Megatron's layout). GPT-2's
+// blocks only: --norm/--pos/--mlp/--kv-heads other than the defaults are refused with
+// --tp or --pp above 1 (ParallelSelfAttention splits a full-head in_proj, LayerNorm only).
 class ParallelBlock : public rg::nn::Module {
  public:
   ParallelBlock(const Block& plain, par::Communicator& tp)
-      : ln1(plain.ln1.weight.size(0)), ln2(plain.ln2.weight.size(0)),
-        attn(plain.attn, tp, /*causal=*/true), fc(plain.fc, tp),
-        proj(plain.proj, tp, {.input_is_parallel = true}) {
-    ln1.load_state_dict(plain.ln1.state_dict());
-    ln2.load_state_dict(plain.ln2.state_dict());
+      : ln1(plain.d_model), ln2(plain.d_model),
+        attn(plain.attn, tp, /*causal=*/true), fc(*plain.fc, tp),
+        proj(*plain.proj, tp, {.input_is_parallel = true}) {
+    ln1.load_state_dict(plain.ln1->state_dict());
+    ln2.load_state_dict(plain.ln2->state_dict());
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
@@ -249,8 +296,8 @@ class Stage : public rg::nn::Module {
       register_module("wte", *wte);
     }
     if (first_) {
-      wpe = std::make_unique<rg::nn::Embedding>(gpt.wpe.num_embeddings, gpt.wpe.embedding_dim);
-      wpe->load_state_dict(gpt.wpe.state_dict());
+      wpe = std::make_unique<rg::nn::Embedding>(gpt.wpe->num_embeddings, gpt.wpe->embedding_dim);
+      wpe->load_state_dict(gpt.wpe->state_dict());
       register_module("wpe", *wpe);
     }
     // Blocks named by their index in the whole model, so that names match the GPT's.
@@ -260,8 +307,8 @@ class Stage : public rg::nn::Module {
       blocks_->add(std::to_string(b), std::make_shared<ParallelBlock>(
                                           static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
     if (last_) {
-      ln_f = std::make_unique<rg::nn::LayerNorm>(gpt.ln_f.weight.size(0));
-      ln_f->load_state_dict(gpt.ln_f.state_dict());
+      ln_f = std::make_unique<rg::nn::LayerNorm>(gpt.wte.embedding_dim);
+      ln_f->load_state_dict(gpt.ln_f->state_dict());
       register_module("ln_f", *ln_f);
     }
   }
@@ -494,6 +541,14 @@ int main(int argc, char** argv) {
   app.add_option("--layers", config.layers, "Transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d-model", config.d_model, "model width")->check(CLI::PositiveNumber);
   app.add_option("--heads", config.heads, "attention heads (dividing --d-model)")->check(CLI::PositiveNumber);
+  app.add_option("--norm", config.norm, "layernorm (GPT-2's) or rmsnorm (Llama's)")
+      ->check(CLI::IsMember({"layernorm", "rmsnorm"}));
+  app.add_option("--pos", config.pos, "learned position embeddings (GPT-2's) or rope (rotary, on q and k)")
+      ->check(CLI::IsMember({"learned", "rope"}));
+  app.add_option("--mlp", config.mlp, "gelu (GPT-2's) or swiglu (Llama's gated MLP)")
+      ->check(CLI::IsMember({"gelu", "swiglu"}));
+  app.add_option("--kv-heads", config.kv_heads, "grouped-query attention: K/V heads, dividing --heads (0: --heads)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--steps", steps, "optimizer steps (in all, counting a resumed run's)")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", batch, "sequences per step on each data-parallel replica")
       ->check(CLI::PositiveNumber);
@@ -527,6 +582,15 @@ int main(int argc, char** argv) {
              config.d_model, ", got ", config.heads);
     RG_CHECK(cp == 1 || config.seq % (2 * cp) == 0, "gpt", "expected --seq divisible by 2 x --cp = ",
              2 * cp, " (the zigzag cut), got ", config.seq);
+    RG_CHECK(config.kv_heads == 0 || config.heads % config.kv_heads == 0, "gpt",
+             "expected --kv-heads dividing --heads ", config.heads, ", got ", config.kv_heads);
+    RG_CHECK(config.pos != "rope" || (config.d_model / config.heads) % 2 == 0, "gpt",
+             "expected an even head dim (--d-model / --heads) for --pos rope, got ",
+             config.d_model / config.heads);
+    RG_CHECK(config.gpt2() || (tp == 1 && pp == 1), "gpt",
+             "expected --norm layernorm --pos learned --mlp gelu and no --kv-heads with --tp or --pp above 1 "
+             "(the tensor-parallel blocks are GPT-2's), got --norm ", config.norm, " --pos ", config.pos,
+             " --mlp ", config.mlp, " --kv-heads ", config.kv_heads, " with --tp ", tp, " --pp ", pp);
     RG_CHECK(!prompt.empty(), "gpt", "expected a non-empty --prompt");
     ckpt.check();
     RG_CHECK((tp == 1 && pp == 1) || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
@@ -552,12 +616,16 @@ int main(int argc, char** argv) {
                                      {.warmup_steps = std::max<int64_t>(1, steps / 20),
                                       .total_steps = steps, .min_factor = 0.1});
     // What defines this run (not the strategy or the layout: a checkpoint moves between them).
-    const std::map<std::string, std::string> run{
+    std::map<std::string, std::string> run{
         {"layers", std::to_string(config.layers)}, {"d_model", std::to_string(config.d_model)},
         {"heads", std::to_string(config.heads)},   {"seq", std::to_string(config.seq)},
         {"steps", std::to_string(steps)},          {"global_batch", std::to_string(batch * dp)},
         {"lr", std::to_string(lr)},                {"seed", std::to_string(seed)},
         {"data", data}};
+    if (!config.gpt2()) {  // the architecture (only when not GPT-2's: older checkpoints still match)
+      run["norm"] = config.norm, run["pos"] = config.pos, run["mlp"] = config.mlp;
+      run["kv_heads"] = std::to_string(config.kv_heads == 0 ? config.heads : config.kv_heads);
+    }
     int64_t start_step = 0;
     if (!ckpt.resume_path.empty()) {
       rg::Checkpoint c = rg::load_checkpoint(ckpt.resume_path);
@@ -599,6 +667,10 @@ int main(int argc, char** argv) {
           static_cast<long long>(batch * dp), static_cast<long long>(batch), text.train.size(),
           text.val.size(), unigram,
           start_step > 0 ? (", resumed at step " + std::to_string(start_step)).c_str() : "");
+    if (world.is_main() && !config.gpt2())
+      std::printf("blocks: --norm %s --pos %s --mlp %s --kv-heads %lld\n", config.norm.c_str(),
+                  config.pos.c_str(), config.mlp.c_str(),
+                  static_cast<long long>(config.kv_heads == 0 ? config.heads : config.kv_heads));
 
     // This rank's part of a batch of whole windows: its replica's rows, and under
     // context parallelism its shard of each sequence (and of the positions).

@@ -1,7 +1,10 @@
 // functional.cpp — linear, dropout and the losses, written with Tensor ops only.
 #include "ringgrad/nn/functional.h"
 
+#include <cmath>
+#include <limits>
 #include <utility>
+#include <vector>
 
 #include "ringgrad/autograd/function.h"
 
@@ -80,6 +83,74 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
            shape_str(target.shape()));
   Tensor d = input - target;
   return reduce(d * d, reduction, Tensor());
+}
+
+Tensor silu(const Tensor& x) { return x * sigmoid(x); }
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                std::optional<double> eps) {
+  const int64_t n = static_cast<int64_t>(normalized_shape.size());
+  bool ok = n > 0 && x.dim() >= n;
+  for (int64_t i = 0; ok && i < n; ++i) ok = x.size(x.dim() - n + i) == normalized_shape[size_t(i)];
+  RG_CHECK(ok, "rms_norm", "expected an input whose trailing dims are normalized_shape ",
+           shape_str(normalized_shape), ", got ", shape_str(x.shape()));
+  RG_CHECK(!weight.defined() || weight.shape() == normalized_shape, "rms_norm",
+           "expected weight of shape ", shape_str(normalized_shape), ", got ",
+           shape_str(weight.shape()));
+  const double e = eps ? *eps
+                       : (x.dtype() == kFloat64 ? std::numeric_limits<double>::epsilon()
+                                                : double(std::numeric_limits<float>::epsilon()));
+  Dims dims;
+  for (int64_t i = 0; i < n; ++i) dims.push_back(x.dim() - n + i);
+  Tensor y = x * rsqrt(mean(x * x, dims, /*keepdim=*/true) + e);
+  return weight.defined() ? y * weight : y;
+}
+
+namespace {
+// cos and sin of the angles p·θ_i, (…, T, D) with the halves repeated, in x's dtype and device.
+std::pair<Tensor, Tensor> rotary_tables(const Tensor& x, const Tensor& positions, double theta) {
+  const int64_t d = x.size(-1), half = d / 2;
+  Tensor pos = positions.to(kCPU).to(kInt64).contiguous();
+  const int64_t* p = pos.data_ptr<int64_t>();
+  const int64_t count = pos.numel();
+  std::vector<double> c(static_cast<size_t>(count * d)), s(c.size());
+  for (int64_t t = 0; t < count; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      // θ_i = theta^(−2i/D), as Hugging Face's inv_freq = 1 / theta^(arange(0, D, 2) / D)
+      const double angle = double(p[t]) / std::pow(theta, double(2 * i) / double(d));
+      c[size_t(t * d + i)] = c[size_t(t * d + i + half)] = std::cos(angle);
+      s[size_t(t * d + i)] = s[size_t(t * d + i + half)] = std::sin(angle);
+    }
+  Shape shape = positions.dim() == 1 ? Shape{positions.size(0), d}
+                                     : Shape{positions.size(0), 1, positions.size(1), d};
+  return {from_vector(c, shape).to(x.dtype()).to(x.device()),
+          from_vector(s, shape).to(x.dtype()).to(x.device())};
+}
+}  // namespace
+
+Tensor rotary_embedding(const Tensor& x, const Tensor& positions, double theta) {
+  const char* who = "rotary_embedding";
+  RG_CHECK(x.dim() == 4 && x.size(3) % 2 == 0, who,
+           "expected x (B, H, T, D) with an even head dim D, got ", shape_str(x.shape()));
+  RG_CHECK(positions.defined() && positions.dtype() == kInt64, who,
+           "expected int64 positions, got ",
+           positions.defined() ? dtype_name(positions.dtype()) : "an undefined tensor");
+  const bool ok1 = positions.dim() == 1 && positions.size(0) == x.size(2);
+  const bool ok2 = positions.dim() == 2 && positions.size(1) == x.size(2) &&
+                   (positions.size(0) == 1 || positions.size(0) == x.size(0));
+  RG_CHECK(ok1 || ok2, who, "expected positions (T) = (", x.size(2), ") or (B or 1, T) = (",
+           x.size(0), " or 1, ", x.size(2), "), got ", shape_str(positions.shape()));
+  RG_CHECK(theta > 0, who, "expected theta > 0, got ", theta);
+  auto [cos_t, sin_t] = rotary_tables(x, positions, theta);
+  const int64_t half = x.size(3) / 2;
+  Tensor rotated = cat({neg(x.narrow(3, half, half)), x.narrow(3, 0, half)}, 3);  // rotate_half
+  return x * cos_t + rotated * sin_t;
+}
+
+Tensor rotary_embedding(const Tensor& x, int64_t offset, double theta) {
+  RG_CHECK(x.dim() == 4, "rotary_embedding", "expected x (B, H, T, D), got ", shape_str(x.shape()));
+  return rotary_embedding(x, arange(double(offset), double(offset + x.size(2)), 1.0, {.dtype = kInt64}),
+                          theta);
 }
 
 namespace {

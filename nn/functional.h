@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include "ringgrad/core/attention.h"
 #include "ringgrad/core/factory.h"
@@ -31,6 +32,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
 
 // (input - target)², reduced.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// x · sigmoid(x) (torch.nn.functional.silu, "swish").
+Tensor silu(const Tensor& x);
+
+// torch.nn.functional.rms_norm: x / sqrt(mean(x², over the trailing normalized_shape) + eps),
+// times weight (normalized_shape) when defined. eps unset: the dtype's machine epsilon
+// (torch.finfo(x.dtype).eps), as torch does.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
+
+// Rotary position embeddings (RoPE, Llama's / Hugging Face's rotate-half convention):
+//   x·cos(p·θ) + rotate_half(x)·sin(p·θ),  rotate_half([x1, x2]) = [−x2, x1],
+// with θ_i = theta^(−2i/D) for i < D/2, repeated for the two halves of the head dim D (even).
+// x (B, H, T, D); positions int64, the tokens' *global* positions: (T) or (B or 1, T) — under
+// context parallelism the rank's shard of arange(T) (zigzag chunks included), so every
+// shard rotates as it would in one process. Differentiable in x (the angles are constants).
+Tensor rotary_embedding(const Tensor& x, const Tensor& positions, double theta = 10000.0);
+// The same with positions offset, offset+1, …, offset+T−1.
+Tensor rotary_embedding(const Tensor& x, int64_t offset = 0, double theta = 10000.0);
 
 // Attention as every nn layer calls it: q (B, H, Tq, D), k/v (B, H, Tk, ·) -> (B, H, Tq, Dv).
 // By default the local blockwise scaled_dot_product_attention (core/attention.h);

@@ -100,6 +100,35 @@ std::string LayerNorm::describe() const {
   return os.str();
 }
 
+RMSNorm::RMSNorm(int64_t normalized_size, std::optional<double> eps_, bool elementwise_affine)
+    : RMSNorm(Shape{normalized_size}, eps_, elementwise_affine) {}
+
+RMSNorm::RMSNorm(Shape shape, std::optional<double> eps_, bool elementwise_affine)
+    : normalized_shape(std::move(shape)), eps(eps_) {
+  RG_CHECK(!normalized_shape.empty() && numel_of(normalized_shape) > 0, "RMSNorm",
+           "expected a non-empty normalized_shape, got ", shape_str(normalized_shape));
+  if (elementwise_affine) weight = register_parameter("weight", ones(normalized_shape));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, normalized_shape, weight, eps); }
+
+std::string RMSNorm::describe() const {
+  std::ostringstream os;
+  os << "RMSNorm(" << shape_str(normalized_shape) << ", eps=";
+  if (eps) os << *eps; else os << "None";
+  os << ", elementwise_affine=" << (weight.defined() ? "true" : "false") << ")";
+  return os.str();
+}
+
+SwiGLU::SwiGLU(int64_t dim, int64_t hidden_dim, bool bias)
+    : w1(dim, hidden_dim, bias), w2(hidden_dim, dim, bias), w3(dim, hidden_dim, bias) {
+  register_module("w1", w1);
+  register_module("w2", w2);
+  register_module("w3", w3);
+}
+
+Tensor SwiGLU::forward(const Tensor& x) { return w2(silu(w1(x)) * w3(x)); }
+
 Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> pad)
     : num_embeddings(num), embedding_dim(dim), padding_idx(pad) {
   RG_CHECK(num > 0 && dim > 0, "Embedding", "expected positive sizes, got num_embeddings=", num,
@@ -123,10 +152,11 @@ Tensor Embedding::forward(const Tensor& indices) {
   out_shape.push_back(embedding_dim);
   Tensor rows = index_select(weight, 0, indices.reshape({-1})).view(out_shape);
   if (!padding_idx) return rows;
-  // Zero where the index is padding: the output is 0 there and no gradient reaches the row.
-  Tensor keep = (indices != full({}, double(*padding_idx), {.dtype = kInt64,
-                                                          .device = indices.device()}));
-  return rows * keep.to(weight.dtype()).unsqueeze(-1);
+  // Where the index is padding: the stored row (a checkpoint may hold a non-zero one) with
+  // no gradient back to it, as torch.nn.Embedding does.
+  Tensor pad = (indices == full({}, double(*padding_idx), {.dtype = kInt64,
+                                                         .device = indices.device()}));
+  return where(pad.unsqueeze(-1), rows.detach(), rows);
 }
 
 std::string Embedding::describe() const {

@@ -1,5 +1,5 @@
-// layers.h — the basic layers: Linear, ReLU, GELU, Dropout, Sequential, LayerNorm,
-// Embedding and the positional encodings (the attention layers: transformer.h).
+// layers.h — the basic layers: Linear, ReLU, GELU, SiLU, Dropout, Sequential, LayerNorm,
+// RMSNorm, the SwiGLU MLP, Embedding and the positional encodings (the attention layers: transformer.h).
 //
 //   rg::nn::Sequential mlp;
 //   mlp.add(std::make_shared<rg::nn::Linear>(784, 256));
@@ -92,9 +92,40 @@ class LayerNorm : public Module {
   Tensor weight, bias;  // undefined without elementwise_affine (bias also without bias)
 };
 
+// torch.nn.RMSNorm: x / sqrt(mean(x², over normalized_shape) + eps) · weight (ones).
+// eps unset: the input dtype's machine epsilon, as torch's eps=None.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t normalized_size, std::optional<double> eps = std::nullopt,
+                   bool elementwise_affine = true);
+  RMSNorm(Shape normalized_shape, std::optional<double> eps = std::nullopt,
+          bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+
+  Shape normalized_shape;
+  std::optional<double> eps;
+  Tensor weight;  // undefined without elementwise_affine
+};
+
+class SiLU : public Module {  // x · sigmoid(x)
+ public:
+  Tensor forward(const Tensor& x) override { return x * sigmoid(x); }
+};
+
+// Llama's gated MLP: w2(silu(w1(x)) · w3(x)), x (…, dim) -> (…, dim); w1, w3 (hidden, dim)
+// gate and up, w2 (dim, hidden) down; no biases by default (Llama's).
+class SwiGLU : public Module {
+ public:
+  SwiGLU(int64_t dim, int64_t hidden_dim, bool bias = false);
+  Tensor forward(const Tensor& x) override;
+  Linear w1, w2, w3;
+};
+
 // A lookup table: indices (any shape, int64) -> rows of weight (num_embeddings,
 // embedding_dim), initialised N(0, 1) like PyTorch. With padding_idx, that row
-// starts at zero, looks up as zero and gets no gradient.
+// starts at zero, looks up as whatever it holds (a loaded one may be non-zero) and
+// gets no gradient.
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim,

@@ -66,20 +66,26 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, MultiheadAttentionO
       head_dim(h > 0 ? e / h : 0),
       kdim(options.kdim > 0 ? options.kdim : e),
       vdim(options.vdim > 0 ? options.vdim : e),
+      kv_heads(options.kv_heads > 0 ? options.kv_heads : h),
       out_proj(e > 0 ? e : 1, e > 0 ? e : 1, options.bias),
       options_(options) {
   RG_CHECK(e > 0 && h > 0 && e % h == 0, "MultiheadAttention",
            "expected embed_dim divisible by num_heads, got embed_dim=", e, " and num_heads=", h);
   RG_CHECK(options.kdim >= 0 && options.vdim >= 0, "MultiheadAttention",
            "expected kdim and vdim >= 0 (0: embed_dim), got ", options.kdim, " and ", options.vdim);
+  RG_CHECK(options.kv_heads >= 0 && h % kv_heads == 0, "MultiheadAttention",
+           "expected kv_heads dividing num_heads=", h, " (0: num_heads), got ", options.kv_heads);
+  RG_CHECK(!options.rotary || head_dim % 2 == 0, "MultiheadAttention",
+           "expected an even head_dim for rotary embeddings, got ", head_dim);
+  const int64_t kve = kv_heads * head_dim;  // rows of the K and of the V projection
   if (kdim == e && vdim == e) {
-    in_proj_weight = register_parameter("in_proj_weight", empty({3 * e, e}));
+    in_proj_weight = register_parameter("in_proj_weight", empty({e + 2 * kve, e}));
   } else {  // torch's names and order for separate projections
     q_proj_weight = register_parameter("q_proj_weight", empty({e, e}));
-    k_proj_weight = register_parameter("k_proj_weight", empty({e, kdim}));
-    v_proj_weight = register_parameter("v_proj_weight", empty({e, vdim}));
+    k_proj_weight = register_parameter("k_proj_weight", empty({kve, kdim}));
+    v_proj_weight = register_parameter("v_proj_weight", empty({kve, vdim}));
   }
-  if (options.bias) in_proj_bias = register_parameter("in_proj_bias", empty({3 * e}));
+  if (options.bias) in_proj_bias = register_parameter("in_proj_bias", empty({e + 2 * kve}));
   register_module("out_proj", out_proj);
   reset_parameters();
 }
@@ -116,31 +122,47 @@ MultiheadAttention::Heads MultiheadAttention::project(const Tensor& query, const
   // Projections: rows [i·E, (i+n)·E) of the stacked in_proj weight (or the
   // separate q/k/v weights). Self-attention (one tensor for all three) runs one
   // GEMM for q, k and v together.
+  // (GQA: the K and V blocks have kve = kv_heads·head_dim rows each.)
+  const int64_t kve = kv_heads * head_dim, hkv = kv_heads;
+  const int64_t row_start[] = {0, e, e + kve, e + 2 * kve};
   auto project = [&](const Tensor& x, int64_t first, int64_t count) {
     const Tensor* separate[] = {&q_proj_weight, &k_proj_weight, &v_proj_weight};
-    Tensor w = in_proj_weight.defined() ? in_proj_weight.narrow(0, first * e, count * e)
+    const int64_t r0 = row_start[first], rows = row_start[first + count] - r0;
+    Tensor w = in_proj_weight.defined() ? in_proj_weight.narrow(0, r0, rows)
                                         : *separate[first];  // count is 1 then
-    Tensor bias = in_proj_bias.defined() ? in_proj_bias.narrow(0, first * e, count * e) : Tensor();
+    Tensor bias = in_proj_bias.defined() ? in_proj_bias.narrow(0, r0, rows) : Tensor();
     return linear(x, w, bias);
   };
   Tensor Q, K, V;
   if (!in_proj_weight.defined()) {
     Q = project(q, 0, 1), K = project(k, 1, 1), V = project(v, 2, 1);
   } else if (query.impl_ptr() == key.impl_ptr() && key.impl_ptr() == value.impl_ptr()) {
-    std::vector<Tensor> qkv = chunk(project(q, 0, 3), 3, -1);
-    Q = qkv[0], K = qkv[1], V = qkv[2];
+    Tensor qkv = project(q, 0, 3);
+    Q = qkv.narrow(-1, 0, e), K = qkv.narrow(-1, e, kve), V = qkv.narrow(-1, e + kve, kve);
   } else if (key.impl_ptr() == value.impl_ptr()) {
     Q = project(q, 0, 1);
-    std::vector<Tensor> kv = chunk(project(k, 1, 2), 2, -1);
-    K = kv[0], V = kv[1];
+    Tensor kv = project(k, 1, 2);
+    K = kv.narrow(-1, 0, kve), V = kv.narrow(-1, kve, kve);
   } else {
     Q = project(q, 0, 1), K = project(k, 1, 1), V = project(v, 2, 1);
   }
   // (B, T, E) -> (B, H, T, D)
-  auto heads = [&](const Tensor& x, int64_t t) {
-    return x.reshape({b, t, h, head_dim}).transpose(1, 2);
+  auto heads = [&](const Tensor& x, int64_t t, int64_t nh) {
+    return x.reshape({b, t, nh, head_dim}).transpose(1, 2);
   };
-  return {heads(Q, tq), heads(K, tk), heads(V, tk), combined_mask(masks, b, h, tq, tk, q.dtype())};
+  Tensor qh = heads(Q, tq, h), kh = heads(K, tk, hkv);
+  if (options_.rotary) {  // RoPE at the tokens' (global) positions
+    if (masks.positions.defined()) {
+      RG_CHECK(tq == tk, who, "expected one length for query and key with rotary positions "
+               "(self-attention), got ", tq, " and ", tk);
+      qh = rotary_embedding(qh, masks.positions, options_.rope_theta);
+      kh = rotary_embedding(kh, masks.positions, options_.rope_theta);
+    } else {
+      qh = rotary_embedding(qh, int64_t{0}, options_.rope_theta);
+      kh = rotary_embedding(kh, int64_t{0}, options_.rope_theta);
+    }
+  }
+  return {qh, kh, heads(V, tk, hkv), combined_mask(masks, b, h, tq, tk, q.dtype())};
 }
 
 // (B, H, Tq, D) -> out_proj, in the caller's layout.
@@ -157,6 +179,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   opts.mask = x.mask;
   opts.causal = masks.is_causal;
   opts.dropout_p = is_training() ? options_.dropout : 0.0;
+  opts.enable_gqa = kv_heads != num_heads;  // the ring then carries the fewer K/V heads
   return merge(attention(x.q, x.k, x.v, opts));  // blockwise: no (Tq, Tk) matrix
 }
 
@@ -172,6 +195,7 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward_with_weights(const Tensor&
            "nn::attention (a context_parallel region?): each rank holds a shard of the "
            "sequence there, so no rank can build the whole weight matrix; call forward()");
   Heads x = project(query, key, value, masks);
+  x.k = repeat_kv_heads(x.k, num_heads / kv_heads), x.v = repeat_kv_heads(x.v, num_heads / kv_heads);
   const int64_t tq = x.q.size(2), tk = x.k.size(2);
   Tensor scores = matmul(x.q, x.k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim)));
   if (x.mask.defined()) scores = scores + x.mask;
@@ -189,6 +213,8 @@ std::string MultiheadAttention::describe() const {
   std::ostringstream os;
   os << "MultiheadAttention(embed_dim=" << embed_dim << ", num_heads=" << num_heads;
   if (kdim != embed_dim || vdim != embed_dim) os << ", kdim=" << kdim << ", vdim=" << vdim;
+  if (kv_heads != num_heads) os << ", kv_heads=" << kv_heads;
+  if (options_.rotary) os << ", rotary=true, rope_theta=" << options_.rope_theta;
   os << ", dropout=" << options_.dropout
      << ", batch_first=" << (options_.batch_first ? "true" : "false") << ")";
   return os.str();

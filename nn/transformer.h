@@ -29,12 +29,23 @@ struct MultiheadAttentionOptions {
   bool bias = true;
   bool batch_first = false;
   int64_t kdim = 0, vdim = 0;  // features of key / value inputs; 0: embed_dim
+  // Grouped-query attention (Llama's, not in torch.nn): kv_heads K/V heads (dividing
+  // num_heads; 0: num_heads), each shared by num_heads / kv_heads query heads. The K and V
+  // projections then have kv_heads·head_dim rows: in_proj_weight is (E + 2·kv_heads·D, E).
+  int64_t kv_heads = 0;
+  // Rotary position embeddings (nn::rotary_embedding) on q and k after the projections,
+  // at AttentionMasks::positions (default 0, 1, …, T−1).
+  bool rotary = false;
+  double rope_theta = 10000.0;
 };
 
 struct AttentionMasks {
   Tensor attn_mask = {};         // (Tq, Tk) or (B·H, Tq, Tk); bool or float
   Tensor key_padding_mask = {};  // (B, Tk); bool or float
   bool is_causal = false;        // hide later keys (no mask tensor is built)
+  // With rotary: the tokens' global positions, int64 (T) or (B or 1, T), for queries and keys
+  // alike (self-attention) — under context parallelism this rank's shard of them.
+  Tensor positions = {};
 };
 
 class MultiheadAttention : public Module {
@@ -58,15 +69,16 @@ class MultiheadAttention : public Module {
   std::string describe() const override;
   void reset_parameters();  // torch's: xavier_uniform_ in_proj, zero biases
 
-  int64_t embed_dim, num_heads, head_dim, kdim, vdim;
+  int64_t embed_dim, num_heads, head_dim, kdim, vdim, kv_heads;
   Tensor in_proj_weight, in_proj_bias;  // (3E, E), (3E): q, k, v projections stacked
+                                        // (GQA: E + 2·kv_heads·head_dim rows)
   // Only when kdim or vdim ≠ embed_dim (then in_proj_weight is undefined):
-  Tensor q_proj_weight, k_proj_weight, v_proj_weight;  // (E, E), (E, kdim), (E, vdim)
+  Tensor q_proj_weight, k_proj_weight, v_proj_weight;  // (E, E), (E', kdim), (E', vdim), E' = kv_heads·D
   Linear out_proj;
 
  private:
   struct Heads {
-    Tensor q, k, v;  // (B, H, T, D)
+    Tensor q, k, v;  // (B, H, T, D); k, v (B, kv_heads, T, D)
     Tensor mask;     // additive, broadcastable to (B, H, Tq, Tk); undefined if none
   };
   Heads project(const Tensor& query, const Tensor& key, const Tensor& value,

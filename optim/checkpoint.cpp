@@ -18,6 +18,7 @@ constexpr const char* kVersion = "1";
 constexpr const char* kModel = "model.";
 constexpr const char* kOptim = "optim.";
 constexpr const char* kRun = "run.";
+constexpr const char* kSchedule = "schedule.";
 
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
@@ -59,11 +60,12 @@ bool process_alive(long pid) {
 }  // namespace
 
 Checkpoint capture(const nn::Module& model, const optim::Optimizer& optimizer,
-                   const optim::LRSchedule* schedule) {
+                   const optim::Schedule* schedule) {
   Checkpoint c;
   c.model = model.state_dict();
   c.optimizer = optimizer.state_dict(&c.optimizer_meta);
   c.schedule_steps = schedule ? schedule->steps() : -1;
+  if (schedule) c.schedule = schedule->state_dict();
   c.generators["default"] = default_generator();
   return c;
 }
@@ -104,6 +106,7 @@ void save_checkpoint(const Checkpoint& c, const std::string& path) {
       {"batch", std::to_string(c.progress.batch)},
       {"world_size", std::to_string(c.world_size)},
   };
+  for (const auto& [key, value] : c.schedule) meta[kSchedule + key] = value;
   if (c.schedule_steps >= 0) meta["schedule.steps"] = std::to_string(c.schedule_steps);
   for (const auto& [key, value] : c.optimizer_meta) meta[kOptim + key] = value;
   for (const auto& [key, value] : c.run) meta[kRun + key] = value;
@@ -142,6 +145,9 @@ Checkpoint load_checkpoint(const std::string& path) {
       c.optimizer_meta[key.substr(6)] = value;
     } else if (starts_with(key, kRun)) {
       c.run[key.substr(4)] = value;
+    } else if (starts_with(key, kSchedule)) {
+      // parsed strictly by the schedule's load_state_dict (restore), steps here too
+      c.schedule[key.substr(9)] = value;
     } else if (starts_with(key, "rng.")) {
       // rng.<name>.seed / rng.<name>.offset; the name may itself contain dots
       const size_t dot = key.rfind('.');
@@ -181,7 +187,7 @@ Checkpoint load_checkpoint(const std::string& path) {
 }
 
 void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer& optimizer,
-             optim::LRSchedule* schedule) {
+             optim::Schedule* schedule) {
   const std::string where = c.source.empty() ? std::string("checkpoint") : "'" + c.source + "'";
   // Both loads check everything before they change anything: the model first, so that a
   // checkpoint of another model changes nothing at all.
@@ -198,7 +204,13 @@ void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer& optimizer
   if (schedule) {
     RG_CHECK(c.schedule_steps >= 0, "restore", where,
              ": expected a learning-rate schedule's state (schedule.steps), found none");
-    schedule->resume_at(c.schedule_steps);
+    std::map<std::string, std::string> state = c.schedule;
+    state["steps"] = std::to_string(c.schedule_steps);
+    try {
+      schedule->load_state_dict(state);
+    } catch (const Error& e) {
+      fail("restore", where, ": the schedule's state does not fit: ", e.what());
+    }
   }
   if (auto it = c.generators.find("default"); it != c.generators.end())
     default_generator() = it->second;

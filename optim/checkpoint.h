@@ -19,7 +19,8 @@
 //             world_size                                  how many ranks wrote it
 //             rng.<name>.seed, rng.<name>.offset          each named Generator's state
 //             optim.<key>                                 the optimizer's metadata (lr, steps…)
-//             schedule.steps                              the LR schedule's position (if any)
+//             schedule.<key>                              the LR schedule's state_dict (if any):
+//                                                         steps, and e.g. ReduceLROnPlateau's best
 //             run.<key>                                   what defines the run (batch size, seed…)
 //
 // One file, renamed into place only once it is whole on disk (save_safetensors), so a
@@ -62,7 +63,9 @@ struct Checkpoint {
   NamedTensors model;                                    // model.state_dict()
   NamedTensors optimizer;                                // optimizer.state_dict(&optimizer_meta)
   std::map<std::string, std::string> optimizer_meta;
-  int64_t schedule_steps = -1;                           // LRSchedule::steps(); -1: no schedule
+  int64_t schedule_steps = -1;                           // Schedule::steps(); -1: no schedule
+  std::map<std::string, std::string> schedule;           // Schedule::state_dict() (its "steps"
+                                                         // is schedule_steps, which wins)
   TrainProgress progress;
   int world_size = 1;
   std::map<std::string, Generator> generators;           // by name: "default", "data", …
@@ -75,7 +78,7 @@ struct Checkpoint {
 // For sharded strategies, gather the whole states first (FSDP's full_state_dict,
 // ZeRO's consolidate_state_dict) and fill model/optimizer directly.
 Checkpoint capture(const nn::Module& model, const optim::Optimizer& optimizer,
-                   const optim::LRSchedule* schedule = nullptr);
+                   const optim::Schedule* schedule = nullptr);
 
 // Writes `checkpoint` to `path` as one file, atomically (see above).
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
@@ -84,12 +87,14 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
 Checkpoint load_checkpoint(const std::string& path);
 
 // Puts a checkpoint's state back: the model's (strict: every name, shape and dtype),
-// the optimizer's, the schedule's (when given) and the default generator's. An error
+// the optimizer's, the schedule's (when given: its load_state_dict, from schedule.<key>;
+// a checkpoint with only schedule.steps, as older ones are, restores a step-driven
+// schedule's position) and the default generator's. An error
 // names the file and what does not fit. Each load checks everything before it changes
 // anything, the model's first: a checkpoint of another model changes nothing; one whose
 // optimizer state does not fit leaves the model restored and the optimizer as it was.
 void restore(const Checkpoint& checkpoint, nn::Module& model, optim::Optimizer& optimizer,
-             optim::LRSchedule* schedule = nullptr);
+             optim::Schedule* schedule = nullptr);
 
 // Errors unless the checkpoint was written by `world_size` ranks with these settings
 // (each key of `run`; keys the checkpoint lacks are errors too), naming the first

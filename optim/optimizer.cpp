@@ -2,6 +2,7 @@
 #include "ringgrad/optim/optimizer.h"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <iomanip>
@@ -288,13 +289,40 @@ Adam::Adam(GroupList groups, AdamOptions o, bool decoupled)
 }
 
 std::vector<Optimizer::StateBuffer> Adam::state_buffers() const {
-  return {{"exp_avg"}, {"exp_avg_sq", /*non_negative=*/true}, {"step"}};
+  std::vector<StateBuffer> buffers{{"exp_avg"}, {"exp_avg_sq", /*non_negative=*/true}, {"step"}};
+  if (options_.amsgrad) buffers.push_back({"max_exp_avg_sq", /*non_negative=*/true});
+  return buffers;
 }
 
 std::map<std::string, Tensor> Adam::initial_state(const Tensor& p) const {
-  return {{"exp_avg", zeros_like(p)},
-          {"exp_avg_sq", zeros_like(p)},
-          {"step", zeros({}, {.dtype = kFloat64})}};
+  std::map<std::string, Tensor> st{{"exp_avg", zeros_like(p)},
+                                   {"exp_avg_sq", zeros_like(p)},
+                                   {"step", zeros({}, {.dtype = kFloat64})}};
+  if (options_.amsgrad) st.emplace("max_exp_avg_sq", zeros_like(p));
+  return st;
+}
+
+// torch's amsgrad step (_single_tensor_adam), which the fused kernel does not cover:
+// the same moments, divided by the running maximum of exp_avg_sq.
+static void amsgrad_step_(Tensor& p, Tensor g, std::map<std::string, Tensor>& st,
+                          const AdamStep& h) {
+  if (h.weight_decay != 0) {
+    if (h.decoupled)
+      p.mul_(1 - h.lr * h.weight_decay);
+    else
+      g = g + p * h.weight_decay;
+  }
+  Tensor& m = st["exp_avg"];
+  Tensor& v = st["exp_avg_sq"];
+  Tensor& v_max = st["max_exp_avg_sq"];
+  m.mul_(h.beta1).add_(g, 1 - h.beta1);
+  v.mul_(h.beta2).add_(g * g, 1 - h.beta2);
+  v_max.copy_(maximum(v_max, v));
+  const double t = static_cast<double>(h.step);
+  const double step_size = h.lr / (1 - std::pow(h.beta1, t));
+  const double bias_correction2_sqrt = std::sqrt(1 - std::pow(h.beta2, t));
+  Tensor denom = sqrt(v_max) * (1 / bias_correction2_sqrt) + h.eps;
+  p.add_(m / denom, -step_size);
 }
 
 void Adam::step() {
@@ -319,14 +347,24 @@ void Adam::step() {
       Tensor& count = st["step"];
       h.step = static_cast<int64_t>(count.item()) + 1;
       count.fill_(static_cast<double>(h.step));
-      adam_step_(p, p.grad(), st["exp_avg"], st["exp_avg_sq"], h);
+      const Tensor g = options_.maximize ? -p.grad() : p.grad();
+      if (options_.amsgrad)
+        amsgrad_step_(p, g, st, h);
+      else
+        adam_step_(p, g, st["exp_avg"], st["exp_avg_sq"], h);
     }
   }
 }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamOptions o)
-    : Adam(one_group(std::move(params)), o, true) {}
-AdamW::AdamW(GroupList groups, AdamOptions o) : Adam(std::move(groups), o, true) {}
+// AdamOptions and AdamWOptions are one template: the same fields in the same layout,
+// only the defaults differ, so a bit copy converts every field (present and future).
+static_assert(sizeof(AdamOptions) == sizeof(AdamWOptions));
+AdamWOptions AdamW::as_adamw(const AdamOptions& o) { return std::bit_cast<AdamWOptions>(o); }
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
+    : Adam(one_group(std::move(params)), std::bit_cast<AdamOptions>(o), true) {}
+AdamW::AdamW(GroupList groups, AdamWOptions o)
+    : Adam(std::move(groups), std::bit_cast<AdamOptions>(o), true) {}
 
 // ---------------------------------------------------------------- clipping, checkpoints
 
@@ -352,8 +390,30 @@ void scale_grads_to_norm(const std::vector<Tensor>& params, double norm, double 
     }
 }
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
-  const double norm = std::sqrt(grad_norm_squared(params));
+double grad_norm(const std::vector<Tensor>& params, double norm_type) {
+  RG_CHECK(norm_type > 0 && !std::isnan(norm_type), "clip_grad_norm",
+           "expected a norm_type p > 0 or INFINITY, got ", norm_type);
+  if (norm_type == 2) return std::sqrt(grad_norm_squared(params));
+  NoGradGuard no_grad;
+  double total = 0;
+  for (const Tensor& p : params)
+    if (p.grad().defined() && p.grad().numel() > 0) {
+      Tensor g = abs(p.grad().to(kFloat64));
+      const double part = std::isinf(norm_type) ? amax(g).item()
+                                                : sum(norm_type == 1 ? g : pow(g, norm_type)).item();
+      if (std::isnan(part)) return part;
+      total = std::isinf(norm_type) ? std::max(total, part) : total + part;
+    }
+  return std::isinf(norm_type) || norm_type == 1 ? total : std::pow(total, 1 / norm_type);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm,
+                      ClipGradNormOptions options) {
+  const double norm = grad_norm(params, options.norm_type);
+  RG_CHECK(!options.error_if_nonfinite || std::isfinite(norm), "clip_grad_norm",
+           "expected a finite total norm of order ", options.norm_type,
+           " of the gradients, got ", norm,
+           " (set error_if_nonfinite = false to scale the gradients by it anyway)");
   scale_grads_to_norm(params, norm, max_norm);
   return norm;
 }

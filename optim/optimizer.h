@@ -106,12 +106,24 @@ class SGD : public Optimizer {
   SGDOptions options_;
 };
 
-struct AdamOptions {
+// Adam's and AdamW's options: one list of fields, each optimizer with PyTorch's
+// defaults (weight_decay 0 for Adam, 0.01 for AdamW), so AdamW(params, {.lr = 3e-4})
+// decays by 0.01 as torch.optim.AdamW(params, lr=3e-4) does.
+enum class AdamVariant { Adam, AdamW };
+template <AdamVariant V>
+struct AdamOptionsOf {
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0;  // Adam: L2 added to the gradient; AdamW: decoupled decay
+  // Adam: L2 added to the gradient; AdamW: decoupled decay
+  double weight_decay = V == AdamVariant::AdamW ? 0.01 : 0.0;
+  // torch's amsgrad: divide by the running maximum of exp_avg_sq (kept in the state as
+  // max_exp_avg_sq, saved and loaded with it) instead of exp_avg_sq itself.
+  bool amsgrad = false;
+  bool maximize = false;  // torch's maximize: step up the gradient (g = -grad)
 };
+using AdamOptions = AdamOptionsOf<AdamVariant::Adam>;
+using AdamWOptions = AdamOptionsOf<AdamVariant::AdamW>;
 
 class Adam : public Optimizer {
  public:
@@ -132,12 +144,26 @@ class Adam : public Optimizer {
 };
 
 // Adam with decoupled weight decay (Loshchilov & Hutter): p -= lr·wd·p each step.
-// PyTorch's default weight_decay for AdamW is 0.01.
+// PyTorch's default weight_decay for AdamW is 0.01 (AdamWOptions' default).
 class AdamW : public Adam {
  public:
-  AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 0.01});
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
   AdamW(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups,
-        AdamOptions options = {.weight_decay = 0.01});
+        AdamWOptions options = {});
+  // An AdamOptions struct (code written before AdamWOptions) is taken as written: its
+  // weight_decay default is Adam's 0. (A template, so that {.lr = …} means AdamWOptions.)
+  template <AdamVariant V>
+    requires(V == AdamVariant::Adam)
+  AdamW(std::vector<Tensor> params, const AdamOptionsOf<V>& options)
+      : AdamW(std::move(params), as_adamw(options)) {}
+  template <AdamVariant V>
+    requires(V == AdamVariant::Adam)
+  AdamW(std::vector<std::pair<std::vector<Tensor>, GroupOptions>> groups,
+        const AdamOptionsOf<V>& options)
+      : AdamW(std::move(groups), as_adamw(options)) {}
+
+ private:
+  static AdamWOptions as_adamw(const AdamOptions& options);  // the same fields, as given
 };
 
 // Two groups for AdamW, the usual transformer recipe: weight matrices (and other
@@ -154,10 +180,21 @@ struct StateKey {
 };
 std::optional<StateKey> parse_state_key(const std::string& key);
 
-// Scales all gradients so their global L2 norm is at most max_norm; returns the
-// norm before clipping (torch.nn.utils.clip_grad_norm_). It is the two steps below,
-// which sharded training (parallel/zero.h) runs with a sum across ranks in between.
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+struct ClipGradNormOptions {
+  double norm_type = 2;             // any p > 0, or INFINITY (the largest |g|)
+  bool error_if_nonfinite = false;  // throw when the total norm is nan or inf
+};
+
+// Scales all gradients so their global norm (of order norm_type, over all gradients
+// as one vector) is at most max_norm; returns the norm before clipping
+// (torch.nn.utils.clip_grad_norm_). A nan or inf norm, without error_if_nonfinite,
+// scales by max_norm / (norm + 1e-6) anyway, as torch does (nan or 0 gradients).
+// For the 2-norm it is the two steps below, which sharded training (parallel/zero.h)
+// runs with a sum across ranks in between.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm,
+                      ClipGradNormOptions options = {});
+// The global norm of order norm_type (p > 0 or INFINITY) of the gradients, in float64.
+double grad_norm(const std::vector<Tensor>& params, double norm_type = 2);
 // The sum of the squared gradients' elements, in float64 (parameters without one: 0).
 double grad_norm_squared(const std::vector<Tensor>& params);
 // Every gradient times max_norm / (norm + 1e-6), when that is below 1.

@@ -147,7 +147,16 @@ Tensor region_attention(Communicator& comm, SequenceLayout layout, ContextParall
     return region_attention(comm, layout, method, q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), o)
         .squeeze(1);
   if (method == ContextParallelMethod::AllGather) return all_gather_attention(comm, layout, q, k, v, o);
-  if (method == ContextParallelMethod::Ulysses) return ulysses_attention(comm, layout, q, k, v, o);
+  if (method == ContextParallelMethod::Ulysses) {
+    // GQA: Ulysses splits by heads, so K/V get the query's heads first (AllGather gathers
+    // the fewer K/V heads and the local kernel repeats them; the ring carries the fewer heads).
+    if (o.enable_gqa && k.dim() == 4 && q.dim() == 4 && k.size(1) != q.size(1) && k.size(1) > 0) {
+      const int64_t groups = q.size(1) / k.size(1);
+      return ulysses_attention(comm, layout, q, repeat_kv_heads(k, groups),
+                               repeat_kv_heads(v, groups), o);
+    }
+    return ulysses_attention(comm, layout, q, k, v, o);
+  }
   RingAttentionOptions ro;
   ro.causal = o.causal;
   ro.scale = o.scale;

@@ -91,6 +91,7 @@ struct Ring {
   bool causal = false;
   AttentionOptions base;             // scale, tiles, dropout counters, whole lengths
   int64_t tq = 0, tk = 0;            // local lengths
+  int64_t groups = 1;                // query heads per K/V head (grouped-query attention)
   std::vector<ShardPiece> q_pieces;  // this rank's query pieces
 
   // The kernel's options for one (query piece, key piece) pair, with their global
@@ -160,9 +161,10 @@ void forward_block(const Ring& R, const std::vector<Tensor>& q_parts, const KV& 
       if (!R.pair(R.q_pieces[i], kp, o)) continue;  // fully masked: skipped
       // q piece (B, H, tq_i, D) · k piece (B, H, tk_j, D) -> O_j (B, H, tq_i, Dv), lse_j (B, H,
       // tq_i)
-      AttentionOutput r =
-          attention_forward(q_parts[i], block.k.narrow(2, kp.local_start, kp.length),
-                            block.v.narrow(2, kp.local_start, kp.length), o);
+      // GQA: the ring carries the Hkv heads; each is repeated for its query heads here.
+      AttentionOutput r = attention_forward(
+          q_parts[i], repeat_kv_heads(block.k.narrow(2, kp.local_start, kp.length), R.groups),
+          repeat_kv_heads(block.v.narrow(2, kp.local_start, kp.length), R.groups), o);
       merge_attention_(out_parts[i], lse_parts[i], r.out, r.lse);
     }
   }
@@ -180,10 +182,16 @@ void backward_block(const Ring& R, const std::vector<Tensor>& q_parts,
     for (const ShardPiece& kp : k_pieces) {
       AttentionOptions o;
       if (!R.pair(R.q_pieces[i], kp, o)) continue;
-      AttentionGrads g =
-          attention_backward(q_parts[i], block.k.narrow(2, kp.local_start, kp.length),
-                             block.v.narrow(2, kp.local_start, kp.length), out_parts[i],
-                             lse_parts[i], dout_parts[i], o);
+      AttentionGrads g = attention_backward(
+          q_parts[i], repeat_kv_heads(block.k.narrow(2, kp.local_start, kp.length), R.groups),
+          repeat_kv_heads(block.v.narrow(2, kp.local_start, kp.length), R.groups), out_parts[i],
+          lse_parts[i], dout_parts[i], o);
+      if (R.groups > 1) {  // GQA: each K/V head's gradient is the sum over its query heads
+        auto fold = [&](const Tensor& d) {
+          return d.reshape({d.size(0), d.size(1) / R.groups, R.groups, d.size(2), d.size(3)}).sum(2);
+        };
+        g.dk = fold(g.dk), g.dv = fold(g.dv);
+      }
       dq_parts[i].add_(g.dq);
       acc.k.narrow(2, kp.local_start, kp.length).add_(g.dk);
       acc.v.narrow(2, kp.local_start, kp.length).add_(g.dv);
@@ -261,9 +269,11 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Communi
              q.defined() ? shape_str(q.shape()) : "undefined", ", k ",
              k.defined() ? shape_str(k.shape()) : "undefined", ", v ",
              v.defined() ? shape_str(v.shape()) : "undefined");
-  RG_CHECK(k.size(2) == v.size(2) && k.size(0) == q.size(0) && k.size(1) == q.size(1) &&
-               v.size(0) == q.size(0) && v.size(1) == q.size(1) && k.size(3) == q.size(3),
-           kOp, "expected q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), got q ",
+  RG_CHECK(k.size(2) == v.size(2) && k.size(0) == q.size(0) && k.size(1) > 0 &&
+               q.size(1) % k.size(1) == 0 && v.size(0) == q.size(0) && v.size(1) == k.size(1) &&
+               k.size(3) == q.size(3),
+           kOp, "expected q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv) with Hkv dividing "
+           "H, got q ",
            shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
 
   auto R = std::make_shared<Ring>();
@@ -274,6 +284,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Communi
                   ? options.layout
                   : (options.causal ? SequenceLayout::Zigzag : SequenceLayout::Contiguous);
   R->tq = q.size(2), R->tk = k.size(2);
+  R->groups = q.size(1) / k.size(1);
   if (R->layout == SequenceLayout::Zigzag)
     RG_CHECK(R->tq % 2 == 0 && R->tk % 2 == 0, kOp,
              "expected even local lengths for the zigzag layout (two chunks per rank), got q ",

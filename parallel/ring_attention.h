@@ -46,7 +46,12 @@ struct RingAttentionOptions {
 };
 
 // q (B, H, Tq/N, D), k (B, H, Tk/N, D), v (B, H, Tk/N, Dv) -> (B, H, Tq/N, Dv).
-// Zigzag needs an even local length (two chunks).
+// Zigzag needs an even local length (two chunks). Grouped-query attention: k and v may
+// have Hkv heads, Hkv dividing H; the ring then carries the Hkv heads (H/Hkv times less
+// traffic than repeating them first), each repeated for its query heads only inside the
+// local kernel call, and dK/dV summed back over each group before they travel.
+// Rotary embeddings are applied by the caller before the ring, at global positions
+// (nn::rotary_embedding with this rank's shard of the positions).
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Communicator& comm,
                       const RingAttentionOptions& options = {});
 

@@ -3,7 +3,7 @@
 //
 //   rg::parallel::DistributedDataParallel ddp(model, comm);   // averaged gradients everywhere
 //   rg::parallel::ZeroRedundancyOptimizer opt(model.parameters(), comm, [](auto params) {
-//     return std::make_unique<rg::optim::AdamW>(params, rg::optim::AdamOptions{.lr = 1e-3});
+//     return std::make_unique<rg::optim::AdamW>(params, rg::optim::AdamWOptions{.lr = 1e-3});
 //   });
 //   loss.backward(); opt.step(); opt.zero_grad();
 //

@@ -211,3 +211,51 @@ TEST_CASE("checkpoint: the temporary files of killed saves are removed, a live w
   CHECK(std::filesystem::exists(path + ".tmp.notapid"));
   CHECK(std::filesystem::exists(dir / "other.ckpt.tmp.999999999"));
 }
+
+TEST_CASE("checkpoint: a schedule's whole state is kept as schedule.<key>, and files with schedule.steps only still restore") {
+  test::TempDir dir;
+  rg::manual_seed(0);
+  Net net;
+  rg::optim::Adam opt(net.parameters(), {.lr = 0.1});
+  // ReduceLROnPlateau's state is more than a step count.
+  rg::optim::ReduceLROnPlateau plateau(opt, {.patience = 0, .cooldown = 3});
+  for (double metric : {1.0, 0.5, 0.7}) plateau.step(metric);
+  REQUIRE(plateau.cooldown_counter() == 3);
+  rg::save_checkpoint(rg::capture(net, opt, &plateau), dir / "plateau.ckpt");
+  rg::Checkpoint back = rg::load_checkpoint(dir / "plateau.ckpt");
+  CHECK(back.schedule_steps == 3);
+  CHECK(back.schedule.at("best") == "0.5");
+  rg::optim::Adam opt2(net.parameters(), {.lr = 0.1});
+  rg::optim::ReduceLROnPlateau plateau2(opt2, {.patience = 0, .cooldown = 3});
+  rg::restore(back, net, opt2, &plateau2);
+  CHECK(plateau2.state_dict() == plateau.state_dict());
+  CHECK(opt2.param_groups()[0].lr == opt.param_groups()[0].lr);  // the lr is the optimizer's
+  // Another kind of schedule: the error names the file and both kinds.
+  rg::optim::StepLR step_lr(opt2, 10);
+  std::string e = error_of([&] { rg::restore(back, net, opt2, &step_lr); });
+  CHECK(contains(e, dir / "plateau.ckpt"));
+  CHECK(contains(e, "the schedule's state does not fit"));
+  CHECK(contains(e, "\"best\""));
+
+  // What older checkpoints (and examples/gpt.cpp) write: schedule_steps alone.
+  rg::Checkpoint old = rg::capture(net, opt);
+  old.schedule_steps = 4;
+  rg::save_checkpoint(old, dir / "old.ckpt");
+  back = rg::load_checkpoint(dir / "old.ckpt");
+  CHECK(back.schedule == std::map<std::string, std::string>{{"steps", "4"}});
+  rg::optim::WarmupCosine cosine(opt2, {.warmup_steps = 2, .total_steps = 10});
+  rg::restore(back, net, opt2, &cosine);
+  CHECK(cosine.steps() == 4);
+  CHECK(opt2.param_groups()[0].lr == 0.1 * cosine.factor(4));
+  // …but not into a ReduceLROnPlateau, whose state it lacks.
+  e = error_of([&] { rg::restore(back, net, opt2, &plateau2); });
+  CHECK(contains(e, "expected the schedule's state \"best\", got a checkpoint without it"));
+
+  // A damaged value: the key and the value are named.
+  rg::Checkpoint bad = rg::capture(net, opt, &plateau);
+  bad.schedule["num_bad_epochs"] = "two";
+  rg::save_checkpoint(bad, dir / "bad.ckpt");
+  back = rg::load_checkpoint(dir / "bad.ckpt");
+  e = error_of([&] { rg::restore(back, net, opt2, &plateau2); });
+  CHECK(contains(e, "\"num_bad_epochs\" to be a whole number in [0, 2^53], got \"two\""));
+}

@@ -1,6 +1,6 @@
 // test_op_cases_reduction.cpp — the op table's reductions (op_cases.h): sum and
-// mean over any dims, amax/amin (random inputs: no ties), logsumexp, sum_to, and
-// argmax/argmin (no gradient).
+// mean over any dims, amax/amin and max/min along a dim (random inputs: no ties),
+// logsumexp, sum_to, and argmax/argmin (no gradient).
 #include "op_cases.h"
 
 namespace opcase {
@@ -52,8 +52,19 @@ std::vector<OpCase> reduction_cases() {
        }},
       {"amin:all", x234, [](const V& in) { return rg::amin(in[0]); }},
       {"amin:dim-1", x234, [](const V& in) { return rg::amin(in[0], {1}); }},
-      {"max:member", x234, [](const V& in) { return in[0].max(0); }},
-      {"min:member-keepdim", x234, [](const V& in) { return in[0].min(-1, true); }},
+      {"max:member", x234, [](const V& in) { return in[0].max(); }},
+      {"min:member", x234, [](const V& in) { return in[0].min(); }},
+
+      // ---- torch.max(x, dim) / torch.min(x, dim): values (gradient to the index) and
+      // indices (compared as floats, no gradient)
+      {"max:dim-values", x234, [](const V& in) { return rg::max(in[0], 0).values; }},
+      {"max:dim-indices", x234,
+       [](const V& in) { return rg::max(in[0], 2).indices.to(in[0].dtype()); },
+       {.gradcheck = false}},
+      {"min:member-keepdim-values", x234, [](const V& in) { return in[0].min(-1, true).values; }},
+      {"min:dim-indices-keepdim", x234,
+       [](const V& in) { return in[0].min(1, true).indices.to(in[0].dtype()); },
+       {.gradcheck = false}},
 
       // ---- logsumexp
       {"logsumexp", x37, [](const V& in) { return rg::logsumexp(in[0], {-1}); }},

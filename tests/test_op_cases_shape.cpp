@@ -70,6 +70,23 @@ std::vector<OpCase> shape_cases() {
          return V{e.leaf({4, 3}), e.index({0, 2, 2, 1}, {4, 1})};
        },
        [](const V& in) { return rg::gather(in[0], 1, in[1]); }},
+      // an index smaller than x outside dim (torch allows index.size(d) <= x.size(d)):
+      // only x[:2, :, :2] is read, and only it gets gradient
+      {"gather:smaller-index",
+       [](Env& e) {
+         return V{e.leaf({3, 4, 3}), e.index({3, 0, 1, 1, 2, 2, 0, 3, 3, 3, 1, 0}, {2, 3, 2})};
+       },
+       [](const V& in) { return rg::gather(in[0], 1, in[1]); }},
+      {"gather:smaller-index-dim-0",
+       [](Env& e) {
+         return V{e.leaf({3, 4}), e.index({2, 0, 2, 1, 0, 0}, {3, 2})};
+       },
+       [](const V& in) { return rg::gather(in[0], 0, in[1]); }},
+      {"gather:smaller-index-non-contiguous",
+       [](Env& e) {
+         return V{e.transposed_leaf(3, 4), e.index({1, 2, 2, 0}, {2, 2})};
+       },
+       [](const V& in) { return rg::gather(in[0], 1, in[1]); }, strided},
 
       // ---- index_add / scatter_add: gradients for both x and src
       {"index_add",
@@ -102,6 +119,11 @@ std::vector<OpCase> shape_cases() {
          return V{e.leaf({3, 2}), e.leaf({2, 2}), e.index({2, 0, 2, 2}, {2, 2})};
        },
        [](const V& in) { return rg::scatter_add(in[0], 0, in[2], in[1]); }},
+      {"scatter_add:smaller-index",
+       [](Env& e) {
+         return V{e.leaf({3, 4, 3}), e.leaf({2, 2, 2}), e.index({3, 0, 1, 1, 0, 3, 3, 3}, {2, 2, 2})};
+       },
+       [](const V& in) { return rg::scatter_add(in[0], 1, in[2], in[1]); }},
 
       // int64 data: 64-bit atomics on the GPU
       {"index_add:int64",

@@ -308,11 +308,13 @@ TEST_CASE("ops: amax amin argmax argmin") {
     }
   CHECK_SHAPE(rg::amax(x, {2}), {2, 3});
   check_close(rg::amax(x, {2}), mx, 0);
-  check_close(x.max(-1), mx, 0);
+  check_close(x.max(-1).values, mx, 0);
   check_close(rg::amin(x, {2}), mn, 0);
-  check_close(x.min(2), mn, 0);
+  check_close(x.min(2).values, mn, 0);
   CHECK_SHAPE(rg::amax(x, {2}, true), {2, 3, 1});
-  CHECK_SHAPE(x.max(2, true), {2, 3, 1});
+  CHECK_SHAPE(x.max(2, true).values, {2, 3, 1});
+  CHECK(x.max(-1).indices.tolist<int64_t>() == amx);
+  CHECK(x.min(2).indices.tolist<int64_t>() == amn);
 
   rg::Tensor am = rg::argmax(x, 2);
   CHECK(am.dtype() == rg::kInt64);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -598,6 +599,103 @@ TEST_CASE("optim: hyperparameters out of range are refused at construction") {
   CHECK_CONTAINS(error_of([&] { optim::Adam({p}, {.eps = -1e-8}); }), "eps >= 0");
 }
 
+// ---------------------------------------------------------------- amsgrad, maximize
+
+// Golden values: PyTorch 2.15.0, float64, p = [1, -2, 0.5, 3] after 6 steps on quad_grad:
+//
+//   import torch
+//   torch.set_default_dtype(torch.float64)
+//   def grad(p):  # quad_grad above: a_i (p_i - c_i)
+//       i = torch.arange(p.numel(), dtype=torch.float64)
+//       return (0.5 + 0.7 * (i % 4)) * (p.detach() - (0.3 * i - 0.5))
+//   def run(name, cls, steps=6, **kw):
+//       p = torch.tensor([1.0, -2.0, 0.5, 3.0], requires_grad=True)
+//       o = cls([p], **kw)
+//       for _ in range(steps):
+//           p.grad = grad(p); o.step()
+//       print(name, p.tolist(), {k: v.tolist() for k, v in o.state[p].items()})
+//   from torch.optim import Adam, AdamW
+//   run("adam_amsgrad", Adam, lr=0.1, betas=(0.9, 0.5), amsgrad=True)
+//   run("adam_plain_same", Adam, lr=0.1, betas=(0.9, 0.5))
+//   run("adam_amsgrad_maximize_wd", Adam, lr=0.1, betas=(0.9, 0.5), amsgrad=True, maximize=True,
+//       weight_decay=0.1)
+//   run("adam_maximize_wd", Adam, lr=0.1, maximize=True, weight_decay=0.1)
+//   run("adamw_amsgrad_wd", AdamW, lr=0.1, betas=(0.9, 0.5), amsgrad=True, weight_decay=0.1)
+//   run("adamw_maximize", AdamW, lr=0.1, maximize=True, weight_decay=0.1)
+namespace {
+// p = [1, -2, 0.5, 3] after six steps of make(p) on quad_grad; `state`: its state_dict.
+template <typename Make>
+rg::Tensor six_steps(Make make, std::map<std::string, rg::Tensor>* state = nullptr) {
+  rg::Tensor p = leaf_of({1.0, -2.0, 0.5, 3.0}, {4});
+  auto opt = make(p);
+  for (int s = 0; s < 6; ++s) {
+    set_quad_grad(p);
+    opt.step();
+  }
+  if (state)
+    for (auto& [k, t] : opt.state_dict(nullptr)) (*state)[k] = t;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("optim: Adam and AdamW amsgrad and maximize match PyTorch") {
+  std::map<std::string, rg::Tensor> by_name;
+  check_close(six_steps([](rg::Tensor p) { return optim::Adam({p}, {.lr = 0.1, .beta2 = 0.5, .amsgrad = true}); }, &by_name),
+              {0.40091794148564935, -1.3979658362403842, 0.015226552187752783, 2.3937007381079765}, 1e-12);
+  // amsgrad changes the result: without it, torch gives
+  check_close(six_steps([](rg::Tensor p) { return optim::Adam({p}, {.lr = 0.1, .beta2 = 0.5}); }),
+              {0.3723347920791036, -1.3777964819089128, -0.12350388291520263, 2.3854550965716936}, 1e-12);
+  // the state holds max_exp_avg_sq (torch's name), here above exp_avg_sq
+  REQUIRE(by_name.count("state.0.0.max_exp_avg_sq"));
+  check_close(by_name["state.0.0.max_exp_avg_sq"],
+              {0.40376210533531987, 3.46502069474279, 0.30685000142499996, 35.73479498302287}, 1e-12);
+  check_close(by_name["state.0.0.exp_avg_sq"],
+              {0.29410813983339973, 2.7446351396448736, 0.03586948205951856, 31.891307400962308}, 1e-12);
+
+  check_close(six_steps([](rg::Tensor p) { return optim::Adam({p}, {.lr = 0.1, .beta2 = 0.5, .weight_decay = 0.1, .amsgrad = true, .maximize = true}); }),
+              {1.5822154785326423, -2.583575416005063, 1.0486020017784936, 3.588190876457899}, 1e-12);
+  check_close(six_steps([](rg::Tensor p) { return optim::Adam({p}, {.lr = 0.1, .weight_decay = 0.1, .maximize = true}); }),
+              {1.60296802335242, -2.6028115731639097, 1.1021819455177246, 3.6021878572616437}, 1e-12);
+  check_close(six_steps([](rg::Tensor p) { return optim::AdamW({p}, {.lr = 0.1, .beta2 = 0.5, .weight_decay = 0.1, .amsgrad = true}); }),
+              {0.35865480419188916, -1.2983206682020947, 0.0067310231004517815, 2.235548524055674}, 1e-12);
+  check_close(six_steps([](rg::Tensor p) { return optim::AdamW({p}, {.lr = 0.1, .weight_decay = 0.1, .maximize = true}); }),
+              {1.5295459390533457, -2.470522715848478, 1.058491344913272, 3.4112517537158875}, 1e-12);
+}
+
+TEST_CASE("optim: amsgrad's max_exp_avg_sq is saved, loaded and required, and a resume equals the straight run") {
+  auto make = [](rg::Tensor p) { return optim::AdamW({p}, {.lr = 0.1, .beta2 = 0.5, .amsgrad = true}); };
+  rg::Tensor a = leaf_of({1.0, -2.0, 0.5}, {3}), b = leaf_of({1.0, -2.0, 0.5}, {3});
+  optim::AdamW straight = make(a), first = make(b);
+  for (int s = 0; s < 3; ++s) {
+    set_quad_grad(a);
+    straight.step();
+    set_quad_grad(b);
+    first.step();
+  }
+  std::map<std::string, std::string> meta;
+  rg::NamedTensors state = first.state_dict(&meta);
+  CHECK(state.size() == 4);  // exp_avg, exp_avg_sq, max_exp_avg_sq, step
+  rg::Tensor c = leaf_of(values(b), {3});
+  optim::AdamW resumed = make(c);
+  resumed.load_state_dict(state, meta);
+  for (int s = 0; s < 3; ++s) {
+    set_quad_grad(a);
+    straight.step();
+    set_quad_grad(c);
+    resumed.step();
+  }
+  CHECK(values(a) == values(c));
+
+  // A checkpoint without it (plain AdamW) does not load into amsgrad, nor the reverse.
+  rg::NamedTensors without;
+  for (auto& [k, t] : state)
+    if (k.find("max_exp_avg_sq") == std::string::npos) without.emplace_back(k, t);
+  CHECK_CONTAINS(error_of([&] { resumed.load_state_dict(without, meta); }),
+                 "expected state.0.0.max_exp_avg_sq beside state.0.0.exp_avg");
+  optim::AdamW plain({c}, {.lr = 0.1});
+  CHECK_CONTAINS(error_of([&] { plain.load_state_dict(state, meta); }), "got state.0.0.max_exp_avg_sq");
+}
+
 // ---------------------------------------------------------------- schedules
 
 TEST_CASE("optim: StepLR multiplies by gamma every step_size steps") {
@@ -677,6 +775,74 @@ TEST_CASE("optim: clip_grad_norm returns the norm before clipping and scales to 
   w.set_grad(test::f32({1, 1, 1, 1}));
   CHECK(optim::clip_grad_norm({w}, 1.0) == doctest::Approx(2.0).epsilon(1e-7));
   check_close(w.grad(), {0.5, 0.5, 0.5, 0.5}, 1e-6);
+}
+
+// Golden values: PyTorch 2.15.0, float64 (c has no gradient):
+//
+//   import torch
+//   torch.set_default_dtype(torch.float64)
+//   def run(norm_type, max_norm=5.0):
+//       a = torch.zeros(3, requires_grad=True); b = torch.zeros(2, requires_grad=True)
+//       c = torch.zeros(1, requires_grad=True)
+//       a.grad = torch.tensor([3.0, -4.0, 0.5]); b.grad = torch.tensor([12.0, -1.0])
+//       n = torch.nn.utils.clip_grad_norm_([a, b, c], max_norm, norm_type=norm_type)
+//       print(norm_type, repr(n.item()), a.grad.tolist(), b.grad.tolist())
+//   for t in [2.0, float("inf"), 1.0, 3.0, 0.5]: run(t)
+//   run(3.0, max_norm=100.0)
+//   a = torch.zeros(2, requires_grad=True); a.grad = torch.tensor([1.0, float("nan")])
+//   torch.nn.utils.clip_grad_norm_([a], 1.0, error_if_nonfinite=True)  # RuntimeError: The total
+//       # norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot be clipped...
+//   torch.nn.utils.clip_grad_norm_([a], 1.0)     # nan; a.grad [nan, nan]
+//   a.grad = torch.tensor([1.0, float("inf")])
+//   torch.nn.utils.clip_grad_norm_([a], 1.0, norm_type=float("inf"))  # inf; a.grad [0.0, nan]
+TEST_CASE("optim: clip_grad_norm with norm_type inf, 1, 3, 0.5 and error_if_nonfinite matches PyTorch") {
+  struct Case {
+    double norm_type, max_norm, norm;
+    Vec a, b;
+  };
+  const std::vector<Case> cases{
+      {2.0, 5.0, 13.047988350699889, {1.1496024097533009, -1.5328032130044011, 0.19160040162555014},
+       {4.598409639013203, -0.3832008032511003}},
+      {INFINITY, 5.0, 12.0, {1.249999895833342, -1.6666665277777895, 0.20833331597222368},
+       {4.999999583333368, -0.41666663194444736}},
+      {1.0, 5.0, 20.5, {0.7317072813801325, -0.9756097085068434, 0.12195121356335542},
+       {2.92682912552053, -0.24390242712671084}},
+      {3.0, 5.0, 12.209571007815727, {1.2285442921666734, -1.638059056222231, 0.20475738202777888},
+       {4.9141771686666935, -0.40951476405555776}},
+      {0.5, 5.0, 79.26802445170858, {0.18923140717234407, -0.25230854289645877, 0.031538567862057346},
+       {0.7569256286893763, -0.06307713572411469}},
+      {3.0, 100.0, 12.209571007815727, {3.0, -4.0, 0.5}, {12.0, -1.0}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.norm_type);
+    rg::Tensor a = leaf_of({0, 0, 0}, {3}), b = leaf_of({0, 0}, {2}), none = leaf_of({0}, {1});
+    a.set_grad(f64({3.0, -4.0, 0.5}));
+    b.set_grad(f64({12.0, -1.0}));
+    const double norm = optim::clip_grad_norm({a, b, none}, c.max_norm, {.norm_type = c.norm_type});
+    CHECK(norm == doctest::Approx(c.norm).epsilon(1e-14));
+    check_close(a.grad(), c.a, 1e-14);
+    check_close(b.grad(), c.b, 1e-14);
+    CHECK_FALSE(none.grad().defined());
+  }
+  rg::Tensor a = leaf_of({0, 0}, {2});
+  a.set_grad(f64({1.0, NAN}));
+  CHECK_CONTAINS(error_of([&] { optim::clip_grad_norm({a}, 1.0, {.error_if_nonfinite = true}); }),
+                 "expected a finite total norm of order 2 of the gradients, got nan");
+  CHECK(std::isnan(values(a.grad())[0]) == false);  // the error changed nothing
+  CHECK(std::isnan(optim::clip_grad_norm({a}, 1.0)));
+  CHECK(std::isnan(values(a.grad())[0]));  // torch: [nan, nan]
+  a.set_grad(f64({1.0, INFINITY}));
+  CHECK(optim::clip_grad_norm({a}, 1.0, {.norm_type = INFINITY}) == INFINITY);
+  CHECK(values(a.grad())[0] == 0.0);  // torch: [0.0, nan]
+  CHECK(std::isnan(values(a.grad())[1]));
+  a.set_grad(f64({1.0, INFINITY}));
+  CHECK_CONTAINS(error_of([&] {
+                   optim::clip_grad_norm({a}, 1.0, {.norm_type = 1, .error_if_nonfinite = true});
+                 }),
+                 "of order 1 of the gradients, got inf");
+  CHECK_CONTAINS(error_of([&] { optim::clip_grad_norm({a}, 1.0, {.norm_type = 0}); }),
+                 "expected a norm_type p > 0 or INFINITY, got 0");
+  CHECK_CONTAINS(error_of([&] { optim::grad_norm({a}, -INFINITY); }), "got -inf");
 }
 
 // ---------------------------------------------------------------- end to end

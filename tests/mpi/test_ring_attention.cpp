@@ -12,6 +12,9 @@
 // inside the region gives this rank's slice of the full-sequence output, and the
 // parameter gradients summed over ranks equal the full-sequence ones; the guard
 // restores the buffers and the attention implementation; and its errors.
+// Also the modern blocks (issue 16): rotary embeddings at each shard's global positions and
+// grouped-query attention (the ring carries the fewer K/V heads), alone and together, and
+// an MHA with both inside context_parallel under each method.
 // Prints "rank R/N: X passed, M failed" (one line per rank); exit code 1 on failure.
 #include <ringgrad/parallel/context_parallel.h>
 #include <ringgrad/parallel/ring_attention.h>
@@ -20,8 +23,10 @@
 
 #include "checks.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rg = ringgrad;
@@ -133,6 +138,47 @@ int main(int argc, char** argv) {
                     worst_out, worst_grad);
     }
 
+    // ---- RoPE and grouped-query attention through the ring (causal zigzag) ----
+    // RoPE: each rank rotates its q/k shard by its *global* positions (its zigzag chunks of
+    // arange(T)) before the ring; GQA: the ring carries the Hkv = 2 K/V heads of H = 4.
+    // Gradients are taken w.r.t. the un-rotated q, k (through the rotation).
+    for (auto [rope, gqa] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+      const int64_t Hq = 4, Hkv = gqa ? 2 : 4, Dr = 6;
+      rg::Generator g2(11);
+      rg::Tensor q4 = rg::randn({B, Hq, T, Dr}, f64, &g2);
+      rg::Tensor k4 = rg::randn({B, Hkv, T, Dr}, f64, &g2);
+      rg::Tensor v4 = rg::randn({B, Hkv, T, Dr}, f64, &g2);
+      rg::Tensor d4 = rg::randn({B, Hq, T, Dr}, f64, &g2);
+      rg::Tensor pos = rg::arange(double(T), {.dtype = rg::kInt64});
+      auto rot = [&](const rg::Tensor& t, const rg::Tensor& p) {
+        return rope ? rg::nn::rotary_embedding(t, p) : t;
+      };
+      rg::Tensor qf = leaf(q4), kf = leaf(k4), vf = leaf(v4);
+      rg::Tensor ref = rg::scaled_dot_product_attention(rot(qf, pos), rot(kf, pos), vf,
+                                                        {.causal = true, .enable_gqa = gqa});
+      ref.backward(d4);
+
+      auto sh = [&](const rg::Tensor& t, int64_t d) { return shard(t, d, SequenceLayout::Zigzag, rank, n); };
+      rg::Tensor my_pos = sh(pos, 0);  // this rank's global positions
+      rg::Tensor qs = leaf(sh(q4, 2)), ks = leaf(sh(k4, 2)), vs = leaf(sh(v4, 2));
+      rg::Tensor out = rg::parallel::ring_attention(
+          rot(qs, my_pos), rot(ks, my_pos), vs, comm,
+          {.causal = true, .block_q = 2, .block_k = 4, .layout = SequenceLayout::Zigzag});
+      out.backward(sh(d4, 2));
+      double d_out = max_abs_diff(out, sh(ref, 2));
+      double d_grad = std::max({max_abs_diff(qs.grad(), sh(qf.grad(), 2)),
+                                max_abs_diff(ks.grad(), sh(kf.grad(), 2)),
+                                max_abs_diff(vs.grad(), sh(vf.grad(), 2))});
+      std::string what = std::string(rope ? "rope" : "") + (rope && gqa ? " + " : "") +
+                         (gqa ? "gqa (4 q heads, 2 kv)" : "") + ", causal zigzag: ";
+      check(d_out <= 1e-9, what + "output (max diff " + std::to_string(d_out) + ")", rank);
+      check(d_grad <= 1e-9, what + "dq/dk/dv (max diff " + std::to_string(d_grad) + ")", rank);
+      double worst_out = max_over_ranks(comm, d_out), worst_grad = max_over_ranks(comm, d_grad);
+      if (rank == 0)
+        std::printf("N=%d %-44s max |ring - single| out %.3g, dq/dk/dv %.3g\n", n, what.c_str(),
+                    worst_out, worst_grad);
+    }
+
     {  // shapes: zigzag needs two chunks per rank
       std::string msg;
       try {
@@ -227,6 +273,47 @@ int main(int argc, char** argv) {
             tag + "buffers restored", rank);
       rg::nn::AttentionImpl after = rg::nn::set_attention_impl({});
       check(!after, tag + "attention implementation restored", rank);
+    }
+
+    // ---- context_parallel: MultiheadAttention with GQA and rotary (the GPT's modern block) ----
+    // The positions buffer is sharded with the input, so each rank rotates by global positions.
+    for (Method method : {Method::Ring, Method::AllGather, Method::Ulysses}) {
+      const int64_t E = 24;  // 12 query heads, 4 K/V heads, head dim 2
+      rg::manual_seed(5);
+      rg::nn::MultiheadAttention mha(E, 12, {.batch_first = true, .kv_heads = 4, .rotary = true});
+      mha.to(rg::kFloat64);
+      rg::Generator g3(13);
+      rg::Tensor x = rg::randn({B, T, E}, f64, &g3), w = rg::randn({B, T, E}, f64, &g3);
+      rg::Tensor pos = rg::arange(double(T), {.dtype = rg::kInt64}).unsqueeze(0);  // (1, T)
+      mha.zero_grad();
+      rg::Tensor y_ref = mha(x, x, x, {.is_causal = true, .positions = pos});
+      (y_ref * w).sum().backward();
+      std::vector<rg::Tensor> ref_grads;
+      for (const rg::Tensor& p : mha.parameters()) ref_grads.push_back(p.grad().clone());
+      mha.zero_grad();
+      rg::Tensor xs = x, ws = w, ps = pos;
+      const char* method_name = method == Method::Ring ? "ring" : method == Method::AllGather ? "all-gather" : "ulysses";
+      double d_y = 0, d_grad = 0;
+      {
+        auto cp = rg::parallel::context_parallel(world, {&xs, &ws, &ps}, /*seq_dims=*/{1},
+                                                 {.causal = true, .method = method});
+        rg::Tensor y = mha(xs, xs, xs, {.is_causal = true, .positions = ps});
+        (y * ws).sum().backward();
+        d_y = max_abs_diff(y, cp.shard_sequence(y_ref, 1));
+        auto params = mha.parameters();
+        for (size_t i = 0; i < params.size(); ++i) {
+          rg::Tensor g = params[i].grad().clone();
+          comm.all_reduce(g, rg::parallel::Reduce::Sum);
+          d_grad = std::max(d_grad, max_abs_diff(g, ref_grads[i]));
+        }
+      }
+      const std::string tag = std::string(method_name) + ", MHA gqa + rope, causal: ";
+      check(d_y <= 1e-9, tag + "output = full slice (" + std::to_string(d_y) + ")", rank);
+      check(d_grad <= 1e-9, tag + "Σ_ranks param grads = full (" + std::to_string(d_grad) + ")", rank);
+      double worst = max_over_ranks(comm, std::max(d_y, d_grad));
+      if (rank == 0)
+        std::printf("N=%d context_parallel %-10s MHA gqa(12 q, 4 kv) + rope, causal: max |cp - full| %.3g\n",
+                    n, method_name, worst);
     }
 
     {  // a length that does not divide: an error naming the buffer, nothing changed

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
 
     auto sharded = make_model();
     par::ZeroRedundancyOptimizer zero(sharded->parameters(), comm, [](std::vector<rg::Tensor> p) {
-      return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-2});
+      return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamWOptions{.lr = 1e-2});
     });
     train(*sharded, comm, true, [&] { zero.step(); }, [&] { zero.zero_grad(); }, [] {});
     const double diff = mpi_test::max_param_diff(*plain, *sharded);
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     par::ZeroRedundancyOptimizer zero2(
         sharded2->parameters(), comm,
         [](std::vector<rg::Tensor> p) {
-          return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-2});
+          return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamWOptions{.lr = 1e-2});
         },
         {.stage = 2});
     int64_t kept = 0, all = 0;  // gradient elements this rank holds after backward
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
     par::ZeroRedundancyOptimizer clipped_zero2(
         clipped2->parameters(), comm,
         [](std::vector<rg::Tensor> p) {
-          return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-2});
+          return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamWOptions{.lr = 1e-2});
         },
         {.stage = 2});
     train(*clipped2, comm, false, [&] {
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
       // consolidating it again gives the same state, bit for bit.
       auto fresh = make_model();
       par::ZeroRedundancyOptimizer again(fresh->parameters(), comm, [](std::vector<rg::Tensor> p) {
-        return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = 1e-2});
+        return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamWOptions{.lr = 1e-2});
       });
       again.load_consolidated_state_dict(adamw.state_dict(&meta), meta);
       check(again.local_state_bytes() == mine, "load_consolidated_state_dict keeps this rank's part");
