@@ -65,15 +65,80 @@ static Tensor reduce(const Tensor& per_sample, Reduction reduction, const Tensor
   return per_sample;
 }
 
+// Composed from Tensor ops where the fused op (core/ops_loss.cpp: (N, C) logits, int64
+// targets, no weight) does not cover the form, so every backend runs every form.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
-  Tensor loss =
-      cross_entropy_per_sample(logits, target, options.label_smoothing, options.ignore_index);
-  Tensor count;  // the mean is over samples that count, like PyTorch
-  if (options.reduction == Reduction::Mean) {
-    Tensor kept = (target != full({}, static_cast<double>(options.ignore_index),
-                                  {.dtype = kInt64, .device = target.device()}));
-    count = kept.sum().to(logits.dtype());
+  const char* op = "cross_entropy";
+  RG_CHECK(logits.defined() && target.defined(), op, "expected defined logits and target, got ",
+           logits.defined() ? "a defined" : "an undefined", " logits and ",
+           target.defined() ? "a defined" : "an undefined", " target");
+  RG_CHECK(logits.dim() >= 1, op, "expected logits (C), (N, C) or (N, C, d1, …), got ",
+           shape_str(logits.shape()));
+  RG_CHECK(options.label_smoothing >= 0 && options.label_smoothing <= 1, op,
+           "expected 0 <= label_smoothing <= 1, got ", options.label_smoothing);
+  const bool soft = is_floating(target.dtype());  // probabilities, else class indices
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1;
+  const int64_t c = logits.size(class_dim);
+  Shape out_shape = logits.shape();  // the per-sample losses: logits' shape without C
+  out_shape.erase(out_shape.begin() + class_dim);
+  if (soft)
+    RG_CHECK(target.shape() == logits.shape() && target.dtype() == logits.dtype(), op,
+             "expected probability targets of the logits' shape ", shape_str(logits.shape()),
+             " and dtype ", dtype_name(logits.dtype()), ", got ", shape_str(target.shape()), " ",
+             dtype_name(target.dtype()));
+  else if (logits.dim() != 2)  // (N, C) is checked by the fused op, with its own message
+    RG_CHECK(target.shape() == out_shape, op, "expected class-index targets of shape ",
+             shape_str(out_shape), " for logits ", shape_str(logits.shape()), ", got ",
+             shape_str(target.shape()));
+  const Tensor& w = options.weight;
+  if (w.defined())
+    RG_CHECK(w.dim() == 1 && w.size(0) == c && w.dtype() == logits.dtype() &&
+                 w.device() == logits.device(),
+             op, "expected weight (", c, ") of the logits' dtype ", dtype_name(logits.dtype()),
+             " on ", logits.device(), ", got ", shape_str(w.shape()), " ", dtype_name(w.dtype()),
+             " on ", w.device());
+
+  // To (M, C) rows with (M) int64 or (M, C) probability targets.
+  Tensor x = logits, t = target;
+  if (logits.dim() == 1) {
+    x = logits.unsqueeze(0);
+    t = soft ? target.unsqueeze(0) : target.reshape({1});
+  } else if (logits.dim() > 2) {
+    Dims perm{0};  // the class dim last: (N, d1, …, C)
+    for (int64_t d = 2; d < logits.dim(); ++d) perm.push_back(d);
+    perm.push_back(1);
+    x = logits.permute(perm).reshape({-1, c});
+    t = soft ? target.permute(perm).reshape({-1, c}) : target.reshape({-1});
   }
+  const double eps = options.label_smoothing;
+  Tensor loss, count;  // count: Mean's divisor, undefined for the plain mean
+  if (soft) {
+    Tensor q = eps > 0 ? t * (1.0 - eps) + eps / double(c) : t;
+    Tensor prod = log_softmax(x, 1) * q;
+    if (w.defined()) prod = prod * w;
+    loss = -prod.sum({1});  // Mean: over the samples, whatever the weights (as torch)
+  } else if (!w.defined()) {
+    loss = cross_entropy_per_sample(x, t, eps, options.ignore_index);
+    if (options.reduction == Reduction::Mean)  // over the samples that count, like PyTorch
+      count = (t != full({}, double(options.ignore_index), {.dtype = kInt64, .device = t.device()}))
+                  .sum()
+                  .to(logits.dtype());
+  } else {
+    // checks the indices; 0 (and no gradient) where ignored
+    Tensor nll = cross_entropy_per_sample(x, t, 0.0, options.ignore_index);
+    Tensor ignored =
+        t == full({}, double(options.ignore_index), {.dtype = kInt64, .device = t.device()});
+    Tensor onehot = (t.unsqueeze(1) == arange(double(c), {.dtype = kInt64, .device = t.device()}))
+                        .to(logits.dtype());                       // (M, C)
+    Tensor wy = masked_fill((onehot * w).sum({1}), ignored, 0.0);  // w[y_i], 0 where ignored
+    loss = wy * nll;
+    if (eps > 0) {
+      Tensor smooth = masked_fill(-(log_softmax(x, 1) * w).sum({1}), ignored, 0.0);
+      loss = loss * (1.0 - eps) + smooth * (eps / double(c));
+    }
+    if (options.reduction == Reduction::Mean) count = wy.sum();  // torch's mean over weights
+  }
+  if (options.reduction == Reduction::None) return loss.reshape(out_shape);
   return reduce(loss, options.reduction, count);
 }
 

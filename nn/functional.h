@@ -2,6 +2,8 @@
 //
 //   rg::Tensor loss = rg::nn::cross_entropy(logits, labels);                 // mean over the batch
 //   rg::Tensor loss = rg::nn::cross_entropy(logits, labels, {.label_smoothing = 0.1});
+//   rg::Tensor loss = rg::nn::cross_entropy(logits, labels, {.weight = class_weights});
+//   rg::Tensor loss = rg::nn::cross_entropy(logits, probabilities);          // soft targets
 #pragma once
 
 #include <functional>
@@ -22,12 +24,24 @@ Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen =
 enum class Reduction { Mean, Sum, None };
 
 struct CrossEntropyOptions {
-  Reduction reduction = Reduction::Mean;  // Mean averages over the samples not ignored
+  Reduction reduction = Reduction::Mean;  // Mean: see cross_entropy below
   double label_smoothing = 0.0;
-  int64_t ignore_index = -100;
+  int64_t ignore_index = -100;  // class-index targets only
+  Tensor weight = Tensor();     // (C) class weights, logits' dtype; undefined: all 1
 };
 
-// logits (N, C) or (N, …, C)-flattened-to-(N, C); target (N) int64 class indices.
+// torch.nn.functional.cross_entropy. The class dim is dim 1, as in torch:
+//   logits (N, C)            target (N) int64 class indices, or (N, C) probabilities
+//   logits (N, C, d1, …)     target (N, d1, …) int64, or (N, C, d1, …) probabilities
+//   logits (C) (unbatched)   target () int64, or (C) probabilities
+// A (N, T, C) sequence of logits is passed as logits.reshape({-1, C}) with targets.reshape({-1}).
+// Class-index targets: loss_i = (1−ε)·w[y_i]·(−log p_i[y_i]) + ε/C·Σ_c w[c]·(−log p_i[c])
+// (ε = label_smoothing, w = weight or all 1), 0 where y_i == ignore_index; Mean divides the
+// sum by Σ w[y_i] over the targets not ignored (their count without weight), as torch does.
+// Probability targets (floating, the logits' shape): q = (1−ε)·target + ε/C,
+// loss_i = −Σ_c w[c]·q_c·log p_i[c]; ignore_index does not apply; Mean divides by the number
+// of samples (N·d1·…), not by the weights, as torch does.
+// Reduction::None returns one loss per sample: the logits' shape without the class dim.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
 
 // (input - target)², reduced.
