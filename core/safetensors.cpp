@@ -32,6 +32,7 @@
 #include <set>
 
 #include "ringgrad/core/dtype_table.h"
+#include "ringgrad/core/file_kind.h"
 #include "ringgrad/core/factory.h"
 
 namespace ringgrad {
@@ -188,15 +189,6 @@ template <typename... Args>
   fail(kLoadOp, "'", path, "': ", args...);
 }
 
-// What a path that is not a regular file is, for the error that refuses it.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "something other than a file";
-}
 
 void read_exact(FILE* f, void* data, size_t size, const std::string& path, const char* what) {
   if (size > 0 && std::fread(data, 1, size, f) != size)

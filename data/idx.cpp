@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "ringgrad/core/error.h"
+#include "ringgrad/core/file_kind.h"
 
 namespace ringgrad::data {
 
@@ -50,15 +51,6 @@ const char* type_name(uint8_t code) {
   }
 }
 
-// What a path that is not a regular file is, for the error that refuses it.
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "something other than a file";
-}
 
 // Sequential reads from a raw file or a gzip stream, whichever the first two bytes say.
 class ByteSource {

@@ -88,28 +88,6 @@ void write_fake_mnist(const TempDir& dir, const std::string& prefix, uint32_t n,
   write(dir / (prefix + "-labels-idx1-ubyte" + suffix), idx_bytes({n}, labels));
 }
 
-// A FIFO at `path` for one test. Opening a FIFO to read blocks until a writer comes:
-// should the code under test open it, a writer comes after 5 s, so the test fails
-// (on the wrong message) instead of hanging.
-struct Fifo {
-  std::string path;
-  std::atomic<bool> done{false};
-  std::thread writer;
-  explicit Fifo(std::string p) : path(std::move(p)) {
-    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
-    writer = std::thread([this] {
-      for (int i = 0; i < 50 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (done) return;
-      int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // fails at once without a reader
-      if (fd >= 0) ::close(fd);
-    });
-  }
-  ~Fifo() {
-    done = true;
-    writer.join();
-  }
-};
-
 }  // namespace
 
 // ---------------------------------------------------------------- IDX reader
@@ -163,7 +141,7 @@ TEST_CASE("data: read_idx reports a missing file or a directory by name") {
 
 TEST_CASE("data: read_idx refuses what is not a regular file (a FIFO, /dev/zero), without hanging") {
   TempDir dir;
-  Fifo fifo(dir / "train-images-idx3-ubyte");
+  test::Fifo fifo(dir / "train-images-idx3-ubyte");
   auto start = std::chrono::steady_clock::now();
   std::string msg = error_of([&] { rg::data::read_idx(fifo.path); });
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
@@ -176,7 +154,7 @@ TEST_CASE("data: read_idx refuses what is not a regular file (a FIFO, /dev/zero)
                  "expected a regular file, got a directory");
   // MNIST passes the file's name through: a FIFO in place of the labels.
   write_raw(dir / "t10k-images-idx3-ubyte", idx_bytes({1, 2, 2}, counting(4)));
-  Fifo labels(dir / "t10k-labels-idx1-ubyte");
+  test::Fifo labels(dir / "t10k-labels-idx1-ubyte");
   msg = error_of([&] { rg::data::MNIST(dir.path.string(), rg::data::Split::Test); });
   CHECK_CONTAINS(msg, labels.path + ": expected a regular file, got a FIFO");
 }

@@ -9,8 +9,12 @@
 //   ScopedEnv env("NAME", "value")          an environment variable for one scope (nullptr: unset)
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <string>
 
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -73,6 +78,30 @@ struct TempDir {
   std::string operator/(const std::string& name) const { return file(name); }
 };
 
+
+// A FIFO at `path` for one test. Opening a FIFO to read blocks until a writer comes:
+// should the code under test open it, a writer comes after 5 s, so the test fails (on the
+// wrong message) instead of hanging.
+struct Fifo {
+  std::string path;
+  std::atomic<bool> done{false};
+  std::thread writer;
+  explicit Fifo(std::string p) : path(std::move(p)) {
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    writer = std::thread([this] {
+      for (int i = 0; i < 50 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (done) return;
+      int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // fails at once without a reader
+      if (fd >= 0) ::close(fd);
+    });
+  }
+  ~Fifo() {
+    done = true;
+    writer.join();
+  }
+  Fifo(const Fifo&) = delete;
+  Fifo& operator=(const Fifo&) = delete;
+};
 
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -63,28 +63,6 @@ std::vector<bool> bools_of(const rg::Tensor& t) {
   return std::vector<bool>(p, p + t.numel());
 }
 
-// A FIFO at `path` for one test. Opening a FIFO to read blocks until a writer comes:
-// should the loader open it, a writer comes after 5 s, so the test fails (on the wrong
-// message) instead of hanging.
-struct Fifo {
-  std::string path;
-  std::atomic<bool> done{false};
-  std::thread writer;
-  explicit Fifo(std::string p) : path(std::move(p)) {
-    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
-    writer = std::thread([this] {
-      for (int i = 0; i < 50 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (done) return;
-      int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // fails at once without a reader
-      if (fd >= 0) ::close(fd);
-    });
-  }
-  ~Fifo() {
-    done = true;
-    writer.join();
-  }
-};
-
 }  // namespace
 
 // ---------------------------------------------------------------- round trips
@@ -202,7 +180,7 @@ TEST_CASE("safetensors: every kind of damaged file is a clear error naming the f
     expect_error("expected a regular file, got a directory");
   }
   SUBCASE("a FIFO: an error at once, not a wait for a writer") {
-    Fifo fifo(path);
+    test::Fifo fifo(path);
     auto start = std::chrono::steady_clock::now();
     expect_error("expected a regular file, got a FIFO (named pipe)");
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
