@@ -16,7 +16,8 @@
 // (out, lse) for it, merge_attention_ folds such partial results together, and the
 // backward takes the *global* out and lse. Positions (q_offset, k_offset) say where
 // the blocks lie in the whole sequence, for causal masking and dropout.
-// 3-D inputs (N, T, D) are treated as one head.
+// Other layouts are taken as torch takes them: (T, D), (H, T, D), and any number of leading
+// batch dims (…, H, T, D), which broadcast among q, k, v and the mask.
 #pragma once
 
 #include "ringgrad/core/factory.h"
@@ -25,8 +26,10 @@
 namespace ringgrad {
 
 struct AttentionOptions {
-  Tensor mask = {};    // added to the scores; broadcasts to (B, H, Tq, Tk); −∞ hides a key.
-                       // (A constant: it gets no gradient.)
+  // Broadcasts to (B, H, Tq, Tk). Bool as torch's attn_mask: true = the query may attend to
+  // the key. Or float, of q's dtype, added to the scores: −∞ hides a key. A constant: it gets
+  // no gradient. A query that may attend to no key gets output 0 (as torch 2.x).
+  Tensor mask = {};
   bool causal = false;  // hide key j from query i when k_offset + j > q_offset + i
   double scale = 0.0;   // 0: 1/√D
   double dropout_p = 0.0;  // on the attention weights; the caller turns it off in eval

@@ -15,6 +15,7 @@
 //     dV_j += Pᵀ·dO_i;  dP = dO_i·V_jᵀ                     GEMMs
 //     dS = scale·P·(dP − D)                                row pass
 //     dQ_i += dS·K_j;  dK_j += dSᵀ·Q_i                     GEMMs, accumulating
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -51,12 +52,20 @@ Dims4 check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   Dims4 s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
   if (o.mask.defined()) {
     detail::check_same_device(q, o.mask, kOp);
-    RG_CHECK(o.mask.dtype() == q.dtype(), kOp, "expected an additive mask of dtype ", q.dtype(),
-             " (turn a bool mask into 0/−∞ first, as nn::MultiheadAttention does), got ",
-             o.mask.dtype());
+    RG_CHECK(o.mask.dtype() == q.dtype() || o.mask.dtype() == kBool, kOp,
+             "expected a bool mask (true = may attend) or an additive one of dtype ", q.dtype(),
+             ", got ", o.mask.dtype());
     detail::check_broadcasts_to(o.mask, {s.b, s.h, s.tq, s.tk}, kOp, "a mask");
   }
   return s;
+}
+
+// A bool mask as torch's scaled_dot_product_attention reads it (true: the query may attend
+// to the key) turned into the additive form the kernel adds to the scores: 0 or −∞.
+Tensor additive_mask(const Tensor& mask, DType dtype) {
+  if (mask.dtype() != kBool) return mask;
+  TensorOptions opts{.dtype = dtype, .device = mask.device()};
+  return where(mask, full({}, 0.0, opts), full({}, -std::numeric_limits<double>::infinity(), opts));
 }
 
 double scale_of(const AttentionOptions& o, int64_t d) {
@@ -106,7 +115,7 @@ struct Problem {
     s = check_inputs(q_, k_, v_, opt);
     pairs = s.b * s.h;
     q = q_.contiguous(), k = k_.contiguous(), v = v_.contiguous();
-    if (opt.mask.defined()) mask = opt.mask.expand({s.b, s.h, s.tq, s.tk});
+    if (opt.mask.defined()) mask = additive_mask(opt.mask, q.dtype()).expand({s.b, s.h, s.tq, s.tk});
     tile.dtype = q.dtype();
     tile.batch = s.b, tile.heads = s.h;
     tile.causal = opt.causal;
@@ -267,12 +276,52 @@ Tensor repeat_kv_heads(const Tensor& kv, int64_t groups) {
   return kv.unsqueeze(2).expand({b, h, groups, t, d}).reshape({b, h * groups, t, d});
 }
 
+namespace {
+
+// torch's layouts other than (B, H, T, D): (T, D), (H, T, D) and (…, H, T, D) with the
+// leading dims broadcasting among q, k, v and the mask. They are folded into one batch
+// dim, attended as (B, H, T, D), and the output unfolded to (…, H, Tq, Dv).
+Tensor attention_any_batch(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const AttentionOptions& options) {
+  RG_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, kOp,
+           "expected q (…, Tq, D), k (…, Tk, D), v (…, Tk, Dv), got q ", shape_str(q.shape()),
+           ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  auto heads = [](const Tensor& t) { return t.dim() > 2 ? t.size(-3) : 1; };
+  RG_CHECK((heads(k) == heads(q) || options.enable_gqa) && heads(v) == heads(k) &&
+               k.size(-1) == q.size(-1) && v.size(-2) == k.size(-2),
+           kOp, "expected q (…, H, Tq, D), k (…, H, Tk, D), v (…, H, Tk, Dv), got q ",
+           shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  auto lead_of = [](const Tensor& t) {
+    return t.dim() > 3 ? Shape(t.shape().begin(), t.shape().end() - 3) : Shape{};
+  };
+  Shape lead = broadcast_shapes(broadcast_shapes(lead_of(q), lead_of(k), kOp), lead_of(v), kOp);
+  int64_t n = 1;
+  for (int64_t d : lead) n *= d;
+  auto fold = [&](const Tensor& t) {  // -> (n, heads, T, D)
+    Tensor x = t;
+    while (x.dim() < 3) x = x.unsqueeze(0);
+    Shape to = lead;
+    to.insert(to.end(), x.shape().end() - 3, x.shape().end());
+    return x.expand(to).reshape({n, to[to.size() - 3], to[to.size() - 2], to.back()});
+  };
+  AttentionOptions o = options;
+  if (o.mask.defined() && o.mask.dim() > 3) o.mask = fold(o.mask);
+  Tensor out = scaled_dot_product_attention(fold(q), fold(k), fold(v), o);
+  Shape out_shape = lead;
+  if (std::max({q.dim(), k.dim(), v.dim()}) >= 3) out_shape.push_back(out.size(1));
+  out_shape.push_back(out.size(2));
+  out_shape.push_back(out.size(3));
+  return out.reshape(out_shape);
+}
+
+}  // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options) {
-  if (q.dim() == 3 && k.dim() == 3 && v.dim() == 3) {  // (N, T, D): one head
-    return scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), options)
-        .squeeze(1);
-  }
+  for (const Tensor* t : {&q, &k, &v}) detail::check_defined(*t, kOp);
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.size(0) != q.size(0) ||
+      v.size(0) != q.size(0))
+    return attention_any_batch(q, k, v, options);
   if (options.enable_gqa && q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
       k.size(1) != q.size(1)) {
     RG_CHECK(k.size(1) > 0 && v.size(1) == k.size(1) && q.size(1) % k.size(1) == 0, kOp,

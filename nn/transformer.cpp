@@ -52,10 +52,6 @@ Tensor combined_mask(const AttentionMasks& m, int64_t b, int64_t h, int64_t tq, 
   return mask;
 }
 
-Tensor activate(const Tensor& x, Activation a) {
-  return a == Activation::ReLU ? relu(x) : gelu(x);
-}
-
 }  // namespace
 
 // ---- MultiheadAttention ----
@@ -249,7 +245,7 @@ Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const Atte
 }
 
 Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
-  return dropout2(linear2(dropout(activate(linear1(x), options.activation))));
+  return dropout2(linear2(dropout(options.activation(linear1(x)))));
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks) {
@@ -295,7 +291,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(int64_t d, int64_t n, Transform
 }
 
 Tensor TransformerDecoderLayer::feed_forward_block(const Tensor& x) {
-  return dropout3(linear2(dropout(activate(linear1(x), options.activation))));
+  return dropout3(linear2(dropout(options.activation(linear1(x)))));
 }
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,

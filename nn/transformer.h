@@ -14,7 +14,11 @@
 // (q_proj_weight, k_proj_weight, v_proj_weight) instead of one in_proj_weight.
 #pragma once
 
+#include <concepts>
+#include <functional>
 #include <memory>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -22,7 +26,29 @@
 
 namespace ringgrad::nn {
 
-enum class Activation { ReLU, GELU };
+// The feed-forward's activation, as torch's activation= takes "relu", "gelu" or any
+// callable:
+//   {.activation = rg::nn::Activation::GELU}
+//   {.activation = [](const rg::Tensor& x) { return rg::nn::silu(x); }}
+class Activation {
+ public:
+  static const Activation ReLU, GELU;  // relu (the default), exact gelu
+
+  template <typename F>
+    requires(!std::same_as<std::remove_cvref_t<F>, Activation> &&
+             std::is_invocable_r_v<Tensor, const F&, const Tensor&>)
+  Activation(F fn, std::string name = "custom") : fn_(std::move(fn)), name_(std::move(name)) {}
+
+  Tensor operator()(const Tensor& x) const { return fn_(x); }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::function<Tensor(const Tensor&)> fn_;
+  std::string name_;
+};
+
+inline const Activation Activation::ReLU{[](const Tensor& x) { return relu(x); }, "relu"};
+inline const Activation Activation::GELU{[](const Tensor& x) { return gelu(x); }, "gelu"};
 
 struct MultiheadAttentionOptions {
   double dropout = 0.0;  // on the attention weights, while training

@@ -98,6 +98,7 @@ NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata)
       (*metadata)[prefix + "lr"] = exact(groups_[g].lr);
       (*metadata)[prefix + "initial_lr"] = exact(groups_[g].initial_lr);
       (*metadata)[prefix + "weight_decay"] = exact(groups_[g].weight_decay);
+      (*metadata)[prefix + "momentum"] = exact(groups_[g].momentum);
       (*metadata)["group." + std::to_string(g) + ".size"] =
           std::to_string(groups_[g].params.size());
     }
@@ -167,6 +168,13 @@ void Optimizer::load_state_dict(const NamedTensors& state,
     groups[g].lr = metadata_number(metadata, prefix + "lr", false, 1e300);
     groups[g].initial_lr = metadata_number(metadata, prefix + "initial_lr", false, 1e300);
     groups[g].weight_decay = metadata_number(metadata, prefix + "weight_decay", false, 1e300);
+    // Absent from checkpoints written before cycle_momentum: then the options' value stays.
+    if (metadata.count(prefix + "momentum")) {
+      groups[g].momentum = metadata_number(metadata, prefix + "momentum", false, 1e300);
+      RG_CHECK(groups[g].momentum < 1, "load_state_dict", "expected optimizer metadata \"",
+               prefix, "momentum\" (SGD's momentum or Adam's beta1) in [0, 1), got \"",
+               metadata.at(prefix + "momentum"), "\"");
+    }
   }
   const auto steps = static_cast<int64_t>(metadata_number(metadata, "steps", true, kMaxCount));
   const std::vector<StateBuffer> buffers = state_buffers();
@@ -239,12 +247,12 @@ SGD::SGD(GroupList groups, SGDOptions o)
   RG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD",
            "expected momentum > 0 and dampening 0 for nesterov, got momentum ", o.momentum,
            " and dampening ", o.dampening);
+  for (ParamGroup& g : groups_) g.momentum = o.momentum;
 }
 
-std::vector<Optimizer::StateBuffer> SGD::state_buffers() const {
-  if (options_.momentum == 0) return {};
-  return {{"momentum_buffer"}};
-}
+// A group's momentum may start at 0 and be raised later (OneCycleLR's cycle_momentum), so
+// the buffer is always a known one; a parameter that never ran with momentum has none.
+std::vector<Optimizer::StateBuffer> SGD::state_buffers() const { return {{"momentum_buffer"}}; }
 
 // torch.optim.SGD: g += wd·p; buf = μ·buf + (1-τ)·g (buf = g at first);
 // g = nesterov ? g + μ·buf : buf; p -= lr·g.
@@ -259,16 +267,16 @@ void SGD::step() {
       if (!p.grad().defined()) continue;
       Tensor g = p.grad();
       if (group.weight_decay != 0) g = g + p.detach() * group.weight_decay;
-      if (options_.momentum != 0) {
+      if (group.momentum != 0) {
         auto& st = state(gi, i);
         auto it = st.find("momentum_buffer");
         if (it == st.end()) {
           it = st.emplace("momentum_buffer", g.clone()).first;
         } else {
-          it->second.mul_(options_.momentum);
+          it->second.mul_(group.momentum);
           it->second.add_(g, 1.0 - options_.dampening);
         }
-        g = options_.nesterov ? g + it->second * options_.momentum : it->second;
+        g = options_.nesterov ? g + it->second * group.momentum : it->second;
       }
       p.add_(g, -group.lr);
     }
@@ -286,6 +294,7 @@ Adam::Adam(GroupList groups, AdamOptions o, bool decoupled)
   RG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, name().c_str(),
            "expected betas in [0, 1), got ", o.beta1, " and ", o.beta2);
   RG_CHECK(o.eps >= 0, name().c_str(), "expected eps >= 0, got ", o.eps);
+  for (ParamGroup& g : groups_) g.momentum = o.beta1;
 }
 
 std::vector<Optimizer::StateBuffer> Adam::state_buffers() const {
@@ -332,7 +341,7 @@ void Adam::step() {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     ParamGroup& group = groups_[gi];
     AdamStep h{.lr = group.lr,
-               .beta1 = options_.beta1,
+               .beta1 = group.momentum,
                .beta2 = options_.beta2,
                .eps = options_.eps,
                .weight_decay = group.weight_decay,

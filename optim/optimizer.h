@@ -29,6 +29,9 @@ struct ParamGroup {
   double lr = 0;
   double weight_decay = 0;
   double initial_lr = 0;  // what schedules scale from
+  // SGD's momentum or Adam's beta1 (torch's group["momentum"] / group["betas"][0]); set
+  // from the options, moved by OneCycleLR's cycle_momentum.
+  double momentum = 0;
 };
 
 class Optimizer {

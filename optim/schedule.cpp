@@ -83,7 +83,10 @@ void LRSchedule::resume_at(int64_t step) {
   check_step(step);
   steps_ = step;
   std::vector<ParamGroup>& groups = optimizer_.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = lr(g, steps_);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    groups[g].lr = lr(g, steps_);
+    if (std::optional<double> m = momentum(g, steps_)) groups[g].momentum = *m;
+  }
 }
 
 void LRSchedule::load_state_dict(const std::map<std::string, std::string>& state) {
@@ -199,11 +202,24 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, OneCycleLROptions o)
            "expected one max_lr or one per group (", groups.size(), "), got ", opt.max_lr.size());
   const double total = static_cast<double>(total_steps_);
   if (opt.three_phase)
-    phases_ = {{opt.pct_start * total - 1, 0, 1},
-               {2 * opt.pct_start * total - 2, 1, 0},
-               {total - 1, 0, 2}};
+    phases_ = {{opt.pct_start * total - 1, 0, 1, 0, 1},
+               {2 * opt.pct_start * total - 2, 1, 0, 1, 0},
+               {total - 1, 0, 2, 0, 0}};
   else
-    phases_ = {{opt.pct_start * total - 1, 0, 1}, {total - 1, 1, 2}};
+    phases_ = {{opt.pct_start * total - 1, 0, 1, 0, 1}, {total - 1, 1, 2, 1, 0}};
+  if (opt.cycle_momentum) {
+    for (const auto* list : {&opt.base_momentum, &opt.max_momentum})
+      RG_CHECK(list->size() == 1 || list->size() == groups.size(), "OneCycleLR",
+               "expected one base_momentum and max_momentum or one per group (", groups.size(),
+               "), got ", list->size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const double base = opt.base_momentum.size() == 1 ? opt.base_momentum[0] : opt.base_momentum[g];
+      const double max = opt.max_momentum.size() == 1 ? opt.max_momentum[0] : opt.max_momentum[g];
+      RG_CHECK(base >= 0 && max >= 0 && base < 1 && max < 1, "OneCycleLR",
+               "expected base_momentum and max_momentum in [0, 1), got ", base, " and ", max);
+      momenta_.push_back({max, base});
+    }
+  }
   for (size_t g = 0; g < groups.size(); ++g) {
     const double max_lr = opt.max_lr.size() == 1 ? opt.max_lr[0] : opt.max_lr[g];
     RG_CHECK(std::isfinite(max_lr) && max_lr >= 0, "OneCycleLR",
@@ -220,20 +236,31 @@ void OneCycleLR::check_step(int64_t step) const {
            " times. The specified number of total steps is ", total_steps_);
 }
 
-double OneCycleLR::lr(size_t group, int64_t step) const {
+std::pair<const OneCycleLR::Phase*, double> OneCycleLR::phase_at(int64_t step) const {
   const double s = static_cast<double>(step);
   double start_step = 0;
-  for (size_t i = 0; i < phases_.size(); ++i) {
+  for (size_t i = 0;; ++i) {
     const Phase& phase = phases_[i];
-    if (s <= phase.end_step || i + 1 == phases_.size()) {
-      const double pct = (s - start_step) / (phase.end_step - start_step);
-      const double start = lrs_[group][phase.start], end = lrs_[group][phase.end];
-      if (options_.cos) return end + (start - end) / 2.0 * (std::cos(M_PI * pct) + 1);
-      return (end - start) * pct + start;
-    }
+    if (s <= phase.end_step || i + 1 == phases_.size())
+      return {&phase, (s - start_step) / (phase.end_step - start_step)};
     start_step = phase.end_step;
   }
-  return 0;  // unreachable: the last phase always answers
+}
+
+double OneCycleLR::anneal(double start, double end, double pct) const {
+  if (options_.cos) return end + (start - end) / 2.0 * (std::cos(M_PI * pct) + 1);
+  return (end - start) * pct + start;
+}
+
+double OneCycleLR::lr(size_t group, int64_t step) const {
+  const auto [phase, pct] = phase_at(step);
+  return anneal(lrs_[group][phase->start], lrs_[group][phase->end], pct);
+}
+
+std::optional<double> OneCycleLR::momentum(size_t group, int64_t step) const {
+  if (!options_.cycle_momentum) return std::nullopt;
+  const auto [phase, pct] = phase_at(step);
+  return anneal(momenta_[group][phase->momentum_start], momenta_[group][phase->momentum_end], pct);
 }
 
 // ---------------------------------------------------------------- SequentialLR
@@ -257,12 +284,21 @@ SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<LRSchedule*> schedu
   resume_at(0);
 }
 
-double SequentialLR::lr(size_t group, int64_t step) const {
+std::pair<const LRSchedule*, int64_t> SequentialLR::in_charge(int64_t step) const {
   // torch: idx = bisect_right(milestones, step); the schedule restarts at each milestone.
   const size_t idx = static_cast<size_t>(
       std::upper_bound(milestones_.begin(), milestones_.end(), step) - milestones_.begin());
-  const int64_t local = idx == 0 ? step : step - milestones_[idx - 1];
-  return schedules_[idx]->lr(group, local);
+  return {schedules_[idx], idx == 0 ? step : step - milestones_[idx - 1]};
+}
+
+double SequentialLR::lr(size_t group, int64_t step) const {
+  const auto [schedule, local] = in_charge(step);
+  return schedule->lr(group, local);
+}
+
+std::optional<double> SequentialLR::momentum(size_t group, int64_t step) const {
+  const auto [schedule, local] = in_charge(step);
+  return schedule->momentum(group, local);
 }
 
 // ---------------------------------------------------------------- ReduceLROnPlateau

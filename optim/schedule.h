@@ -15,6 +15,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ class LRSchedule : public Schedule {
   void resume_at(int64_t step);
   // The lr of group `group` at `step` (torch's closed form).
   virtual double lr(size_t group, int64_t step) const = 0;
+  // The group's momentum (SGD's momentum, Adam's beta1) at `step`, for schedules that
+  // move it (OneCycleLR's cycle_momentum); nullopt leaves it as it is.
+  virtual std::optional<double> momentum(size_t, int64_t) const { return std::nullopt; }
   void load_state_dict(const std::map<std::string, std::string>& state) override;
 
  protected:
@@ -163,18 +167,24 @@ struct OneCycleLROptions {
   double div_factor = 25;
   double final_div_factor = 1e4;
   bool three_phase = false;
+  // Cycle the momentum (SGD's momentum, Adam's beta1) inversely to the lr, between
+  // max_momentum and base_momentum (one value for all groups, or one per group).
+  bool cycle_momentum = true;
+  std::vector<double> base_momentum = {0.85}, max_momentum = {0.95};
 };
 
 // torch's OneCycleLR: from max_lr/div_factor up to max_lr over pct_start of the steps,
 // then down to (max_lr/div_factor)/final_div_factor (three_phase: back to the start
 // first, then down). It sets each group's initial_lr to max_lr/div_factor, as torch
-// does. Stepping past total_steps is an error. Not ported: cycle_momentum (ringgrad's
-// momentum and beta1 are the optimizer's, not per group): the momentum stays as set.
+// does. Stepping past total_steps is an error. With cycle_momentum (torch's default) the
+// momentum goes the other way: max_momentum → base_momentum while the lr rises, back while
+// it falls (an SGD built without momentum gains it, as in torch).
 class OneCycleLR : public LRSchedule {
  public:
   OneCycleLR(Optimizer& optimizer, OneCycleLROptions options);
   std::string name() const override { return "OneCycleLR"; }
   double lr(size_t group, int64_t step) const override;
+  std::optional<double> momentum(size_t group, int64_t step) const override;
   int64_t total_steps() const { return total_steps_; }
 
  protected:
@@ -184,11 +194,16 @@ class OneCycleLR : public LRSchedule {
   struct Phase {
     double end_step;
     int start, end;  // 0: initial lr, 1: max lr, 2: min lr
+    int momentum_start, momentum_end;  // 0: max_momentum, 1: base_momentum
   };
+  // Phase of `step` and how far into it (0..1): pct.
+  std::pair<const Phase*, double> phase_at(int64_t step) const;
+  double anneal(double start, double end, double pct) const;
   OneCycleLROptions options_;
   int64_t total_steps_;
   std::vector<Phase> phases_;
   std::vector<std::array<double, 3>> lrs_;  // per group: initial, max, min
+  std::vector<std::array<double, 2>> momenta_;  // per group: max, base
 };
 
 // torch's SequentialLR: schedules[0] until milestones[0], then schedules[1] from its own
@@ -200,8 +215,11 @@ class SequentialLR : public LRSchedule {
                std::vector<int64_t> milestones);
   std::string name() const override { return "SequentialLR"; }
   double lr(size_t group, int64_t step) const override;
+  std::optional<double> momentum(size_t group, int64_t step) const override;
 
  private:
+  // The schedule in charge at `step` and the step it is at (it restarts at its milestone).
+  std::pair<const LRSchedule*, int64_t> in_charge(int64_t step) const;
   std::vector<LRSchedule*> schedules_;
   std::vector<int64_t> milestones_;
 };

@@ -144,9 +144,15 @@ TEST_CASE("attention: errors name the shapes") {
   CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(q, k, v, {.mask = rg::zeros({3, 4})}); }),
                  "expected broadcastable shapes, got [3, 4] and [1, 2, 3, 5]");
   CHECK_CONTAINS(error_of([&] {
-                   rg::scaled_dot_product_attention(q, k, v, {.mask = rg::zeros({3, 5}, {.dtype = rg::kBool})});
+                   rg::scaled_dot_product_attention(q, k, v, {.mask = rg::zeros({3, 5}, {.dtype = rg::kFloat64})});
                  }),
-                 "expected an additive mask of dtype float32");
+                 "expected a bool mask (true = may attend) or an additive one of dtype float32, got float64");
+  CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(q, k, rg::zeros({5})); }),
+                 "expected q (…, Tq, D), k (…, Tk, D), v (…, Tk, Dv), got q [1, 2, 3, 4], k [1, 2, 5, 4], v [5]");
+  CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(rg::zeros({2, 1, 3, 3, 4}), k, v); }),
+                 "expected q (…, H, Tq, D), k (…, H, Tk, D), v (…, H, Tk, Dv), got q [2, 1, 3, 3, 4], k [1, 2, 5, 4], v [1, 2, 5, 6]");
+  CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(rg::zeros({3, 2, 3, 4}), rg::zeros({2, 2, 5, 4}), rg::zeros({2, 2, 5, 6})); }),
+                 "broadcast");
   CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(q, k, v, {.dropout_p = 1.0}); }),
                  "expected 0 <= dropout_p < 1, got 1");
 }

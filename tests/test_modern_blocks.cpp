@@ -51,6 +51,16 @@
 //   v = seq((1,2,5,3), lambda i: math.sin(0.11*i+1)).requires_grad_()
 //   og = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 //   (og*og).sum().backward()                   # og[0,3], k.grad[0,1], v.grad[0,0], q.grad[0,2]
+//   # scaled_dot_product_attention: bool attn_mask (true = may attend), leading batch dims
+//   # broadcasting among q, k, v, a query that may attend to nothing, and (T, D) inputs
+//   q = seq((2,1,2,4,3), lambda i: math.sin(0.37*i)).requires_grad_()
+//   k = seq((1,3,2,5,3), lambda i: math.cos(0.23*i)).requires_grad_()
+//   v = seq((1,3,2,5,2), lambda i: math.sin(0.11*i+1)).requires_grad_()
+//   m = torch.ones(4,5, dtype=torch.bool); m[1,:] = False; m[2,3] = False; m[0,0] = False
+//   c = seq((2,3,2,4,2), lambda i: math.cos(0.07*i))
+//   o = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+//   (o*c).sum().backward()                     # o[1,2,0], q.grad[0,0,1], k.grad[0,1,1], v.grad[0,2,0]
+//   F.scaled_dot_product_attention(q[0,0,0], k[0,0,0], v[0,0,0], attn_mask=m)
 //   # MultiheadAttention(8, 4, kv_heads=2, rotary) written out (torch.nn has no GQA):
 //   E,H,Hkv,D = 8,4,2,2
 //   Wi = seq((E+2*Hkv*D, E), lambda i: 0.3*math.sin(0.7*i+0.5)).requires_grad_()
@@ -257,6 +267,55 @@ TEST_CASE("scaled_dot_product_attention: enable_gqa, as torch") {
   }), "k and v heads dividing q's heads");
 }
 
+TEST_CASE("scaled_dot_product_attention: bool attn_mask and broadcast leading dims, as torch") {
+  rg::Tensor q = seq({2, 1, 2, 4, 3}, [](double i) { return std::sin(0.37 * i); }).requires_grad_();
+  rg::Tensor k = seq({1, 3, 2, 5, 3}, [](double i) { return std::cos(0.23 * i); }).requires_grad_();
+  rg::Tensor v = seq({1, 3, 2, 5, 2}, [](double i) { return std::sin(0.11 * i + 1); }).requires_grad_();
+  rg::Tensor m = rg::ones({4, 5}, {.dtype = rg::kBool});
+  m[1].fill_(0.0);
+  m[2][3].fill_(0.0);
+  m[0][0].fill_(0.0);
+  rg::Tensor o = rg::scaled_dot_product_attention(q, k, v, {.mask = m});
+  CHECK_SHAPE(o, {2, 3, 2, 4, 2});
+  rg::Tensor c = seq({2, 3, 2, 4, 2}, [](double i) { return std::cos(0.07 * i); });
+  rg::sum(o * c).backward();
+  // Query 1 may attend to nothing: output 0 and no gradient, as torch 2.x.
+  check_close(o[1][2][0], {-0.3292961176, -0.2273094282, 0.0, 0.0, -0.4074944721, -0.3091628018,
+                           -0.3908450714, -0.2932181381},
+              1e-9);
+  check_close(q.grad()[0][0][1], {-0.0686328950, -0.0311978828, 0.0078802348, 0.0, 0.0, 0.0,
+                                  -0.1742219660, -0.1218283378, -0.0630183510, -0.0925662322,
+                                  -0.0510999687, -0.0069424124},
+              1e-9);
+  check_close(k.grad()[0][1][1], {-0.0034773054, -0.0048456269, -0.0055581154, 0.0048881771,
+                                  0.0094676013, 0.0127656301, 0.0076746138, 0.0120916027,
+                                  0.0148720498, 0.0013901462, 0.0013033882, 0.0010402227,
+                                  -0.0104756318, -0.0180169654, -0.0231197872},
+              1e-9);
+  check_close(v.grad()[0][2][0], {-0.1657139610, -0.1795914917, 0.1008336446, 0.0934027003,
+                                  0.2836005745, 0.2825629465, 0.0156763425, 0.0089449405,
+                                  0.1069793878, 0.0970276280},
+              1e-9);
+  rg::Tensor o2 = rg::scaled_dot_product_attention(q.detach()[0][0][0], k.detach()[0][0][0],
+                                                   v.detach()[0][0][0], {.mask = m});
+  CHECK_SHAPE(o2, {4, 2});
+  check_close(o2, {0.9655789196, 0.9709986773, 0.0, 0.0, 0.9092870463, 0.9405949951, 0.9631247354,
+                   0.9524026149},
+              1e-9);
+  // The bool mask is the additive 0/−∞ one, in the blockwise kernel too.
+  rg::Tensor add = rg::where(m, rg::zeros({}, {.dtype = rg::kFloat64}),
+                             rg::full({}, -INFINITY, {.dtype = rg::kFloat64}));
+  check_close(rg::scaled_dot_product_attention(q.detach(), k.detach(), v.detach(),
+                                               {.mask = add, .block_q = 2, .block_k = 2}),
+              o.detach(), 1e-12);
+  grad_ok("sdpa 5-D, broadcast batch, bool mask with a hidden key per row", [](const V& in) {
+    rg::Tensor bm = rg::ones({3, 4}, {.dtype = rg::kBool});
+    bm[0][2].fill_(0.0);
+    bm[2][0].fill_(0.0);
+    return rg::scaled_dot_product_attention(in[0], in[1], in[2], {.mask = bm, .causal = true});
+  }, {leaf({2, 1, 2, 3, 2}), leaf({1, 2, 2, 4, 2}), leaf({2, 2, 2, 4, 3})});
+}
+
 TEST_CASE("nn::MultiheadAttention: kv_heads (GQA) and rotary, against torch written out") {
   rg::nn::MultiheadAttention mha(8, 4, {.batch_first = true, .kv_heads = 2, .rotary = true});
   std::vector<std::string> names;
@@ -298,4 +357,43 @@ TEST_CASE("nn::MultiheadAttention: kv_heads (GQA) and rotary, against torch writ
   CHECK(sep(rg::randn({3, 2, 8}), rg::randn({4, 2, 6}), rg::randn({4, 2, 5})).shape() == rg::Shape({3, 2, 8}));
   CHECK_CONTAINS(error_of([&] { rg::nn::MultiheadAttention(8, 4, {.kv_heads = 3}); }),
                  "expected kv_heads dividing num_heads=4");
+}
+
+TEST_CASE("Transformer layers: a custom activation, any callable (torch's activation=F.silu)") {
+  int calls = 0;
+  rg::nn::Activation silu_counted{[&calls](const rg::Tensor& x) {
+                                    ++calls;
+                                    return rg::nn::silu(x);
+                                  },
+                                  "silu"};
+  CHECK(silu_counted.name() == "silu");
+  CHECK(rg::nn::Activation::GELU.name() == "gelu");
+
+  rg::nn::TransformerEncoderLayer enc(8, 2, {.dim_feedforward = 12, .dropout = 0.0,
+                                             .activation = silu_counted, .batch_first = true});
+  enc.to(rg::kFloat64);
+  rg::Tensor x = seq({2, 5, 8}, [](double i) { return std::sin(0.37 * i); });
+  rg::Tensor y = enc.forward(x);
+  CHECK(calls == 1);
+  // Post-norm written out with the layer's own pieces and silu in place of relu.
+  rg::Tensor h = enc.norm1(x + enc.self_attn(x, x, x));
+  check_close(y, enc.norm2(h + enc.linear2(rg::nn::silu(enc.linear1(h)))), 1e-12);
+
+  rg::nn::TransformerDecoderLayer dec(8, 2, {.dim_feedforward = 12, .dropout = 0.0,
+                                             .activation = silu_counted, .batch_first = true,
+                                             .norm_first = true});
+  dec.to(rg::kFloat64);
+  rg::Tensor t = seq({2, 3, 8}, [](double i) { return std::cos(0.23 * i); });
+  rg::Tensor z = dec.forward(t, x);
+  CHECK(calls == 2);
+  rg::Tensor a = dec.norm1(t);
+  rg::Tensor u = t + dec.self_attn(a, a, a);
+  u = u + dec.multihead_attn(dec.norm2(u), x, x);
+  check_close(z, u + dec.linear2(rg::nn::silu(dec.linear1(dec.norm3(u)))), 1e-12);
+
+  // The stacks copy the layer's activation into every layer.
+  rg::nn::TransformerEncoder stack(enc, 3);
+  stack.to(rg::kFloat64);
+  stack.forward(x);
+  CHECK(calls == 5);
 }

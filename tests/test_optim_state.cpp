@@ -164,6 +164,9 @@ TEST_CASE("optim: a damaged checkpoint is a clear error, and the optimizer stays
   CHECK_CONTAINS(damaged("steps", "3.5"), "got \"3.5\"");
   CHECK_CONTAINS(damaged("group.0.lr", "fast"), "\"group.0.lr\" to be a finite number");
   CHECK_CONTAINS(damaged("group.0.weight_decay", "inf"), "\"group.0.weight_decay\"");
+  CHECK_CONTAINS(damaged("group.0.momentum", "0.9x"), "\"group.0.momentum\" to be a finite number");
+  CHECK_CONTAINS(damaged("group.0.momentum", "1"),
+                 "\"group.0.momentum\" (SGD's momentum or Adam's beta1) in [0, 1), got \"1\"");
   CHECK_CONTAINS(damaged("group.0.size", "12345678901234567890123"), "\"group.0.size\"");
   CHECK_CONTAINS(damaged("group.0.size", "2x"), "got \"2x\"");
   CHECK(adamw.steps() == 1);

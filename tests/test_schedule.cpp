@@ -30,6 +30,17 @@
 //   run("sequential", lambda o: SequentialLR(o, [LinearLR(o, start_factor=0.1, total_iters=3),
 //       CosineAnnealingLR(o, T_max=5, eta_min=0.01), LambdaLR(o, lambda e: 0.5 ** e)],
 //       milestones=[3, 7]), 11)
+//   # cycle_momentum: SGD's group momentum (from 0: SGD gains momentum) and Adam's beta1,
+//   # and the parameters those momenta moved (rows: the momenta after each step)
+//   a = torch.tensor([1.0, -2.0], requires_grad=True); b = torch.tensor([0.5], requires_grad=True)
+//   o = SGD([{"params": [a]}, {"params": [b], "lr": 0.05}], lr=0.1)
+//   s = OneCycleLR(o, max_lr=[1.0, 0.5], total_steps=6, base_momentum=0.8, max_momentum=[0.9, 0.95])
+//   for _ in range(6):
+//       o.zero_grad(); ((a * a).sum() + (b * b * b).sum()).backward(); o.step(); s.step()
+//   p = torch.tensor([1.0, -2.0, 3.0], requires_grad=True); o = Adam([p], lr=0.01)
+//   s = OneCycleLR(o, max_lr=0.1, total_steps=10, three_phase=True, anneal_strategy="linear")
+//   for _ in range(10):
+//       o.zero_grad(); (p * p * torch.tensor([1.0, 2.0, 0.5])).sum().backward(); o.step(); s.step()
 //   o = opt2(); s = OneCycleLR(o, max_lr=1.0, total_steps=3)
 //   for _ in range(4): o.step(); s.step()   # ValueError: Tried to step 4 times. ...
 //   def plateau(name, metrics, **kw):      # rows: lr0, lr1, num_bad_epochs, cooldown_counter, best
@@ -239,6 +250,67 @@ TEST_CASE("schedule: OneCycleLR's phases follow torch's lrs") {
                      optim::OneCycleLR bad(t.opt, {.max_lr = {1, 2, 3}, .total_steps = 5});
                    }),
                    "expected one max_lr or one per group (2), got 3");
+  }
+}
+
+TEST_CASE("schedule: OneCycleLR's cycle_momentum moves SGD's momentum and Adam's beta1 as torch") {
+  SUBCASE("SGD, built without momentum, per-group max_momentum") {
+    rg::Tensor a = test::leaf_of({1.0, -2.0}, {2}), b = test::leaf_of({0.5}, {1});
+    optim::SGD opt{GroupList{{{a}, {}}, {{b}, {.lr = 0.05}}}, {.lr = 0.1}};
+    optim::OneCycleLR s(opt, {.max_lr = {1.0, 0.5},
+                              .total_steps = 6,
+                              .base_momentum = {0.8},
+                              .max_momentum = {0.9, 0.95}});
+    const Rows want = {{0.9, 0.95},
+                       {0.8005584586887436, 0.8008376880331154},
+                       {0.8188255099070634, 0.828238264860595},
+                       {0.8537365046793213, 0.8806047570189818},
+                       {0.8866525935914913, 0.9299788903872369},
+                       {0.9, 0.95},
+                       {0.8866525935914913, 0.9299788903872369}};
+    for (size_t step = 0; step < want.size(); ++step) {
+      if (step > 0) {
+        opt.zero_grad();
+        ((a * a).sum() + (b * b * b).sum()).backward();
+        opt.step();
+        s.step();
+      }
+      CAPTURE(step);
+      CHECK(close(opt.param_groups()[0].momentum, want[step][0]));
+      CHECK(close(opt.param_groups()[1].momentum, want[step][1]));
+    }
+    test::check_close(a.detach(), {0.9861435248199382, -1.9722870496398763}, 1e-13);
+    test::check_close(b.detach(), {-1.5607385191184446}, 1e-13);
+  }
+  SUBCASE("Adam's beta1, three phases, linear") {
+    rg::Tensor p = test::leaf_of({1.0, -2.0, 3.0}, {3});
+    rg::Tensor c = test::f64({1.0, 2.0, 0.5}, {3});
+    optim::Adam opt({p}, {.lr = 0.01});
+    optim::OneCycleLR s(opt, {.max_lr = {0.1}, .total_steps = 10, .cos = false, .three_phase = true});
+    const std::vector<double> want = {0.95, 0.8999999999999999, 0.85, 0.8999999999999999, 0.95,
+                                      0.95, 0.95, 0.95, 0.95, 0.95, 0.95};
+    for (size_t step = 0; step < want.size(); ++step) {
+      if (step > 0) {
+        opt.zero_grad();
+        (p * p * c).sum().backward();
+        opt.step();
+        s.step();
+      }
+      CAPTURE(step);
+      CHECK(close(opt.param_groups()[0].momentum, want[step]));
+    }
+    test::check_close(p.detach(), {0.8160872031486959, -1.8153873694847873, 2.8151721974373594},
+                      1e-13);
+    // Off: the momentum stays as the optimizer set it.
+    optim::Adam still({p}, {.lr = 0.01, .beta1 = 0.7});
+    optim::OneCycleLR off(still, {.max_lr = {0.1}, .total_steps = 10, .cycle_momentum = false});
+    off.step();
+    CHECK(still.param_groups()[0].momentum == 0.7);
+    CHECK_CONTAINS(error_of([&] {
+                     optim::OneCycleLR bad(opt, {.max_lr = {0.1}, .total_steps = 5,
+                                                 .max_momentum = {1.5}});
+                   }),
+                   "expected base_momentum and max_momentum in [0, 1), got 0.85 and 1.5");
   }
 }
 
