@@ -2,7 +2,7 @@
 #
 # Each backend has a real source set and a stub set; exactly one of the two is
 # compiled, so the rest of the code never needs #ifdef. Outputs:
-#   RINGGRAD_HAVE_CUDA, RINGGRAD_HAVE_MPI, RINGGRAD_HAVE_NCCL   ON/OFF
+#   RINGGRAD_HAVE_CUDA, RINGGRAD_HAVE_MPI, RINGGRAD_HAVE_NCCL, RINGGRAD_HAVE_ONEDNN   ON/OFF
 #   RINGGRAD_BACKEND_SOURCES                sources to add to the library
 #   RINGGRAD_BACKEND_LIBS                   libraries to link publicly
 
@@ -130,8 +130,29 @@ else()
   list(APPEND RINGGRAD_BACKEND_SOURCES ${CMAKE_SOURCE_DIR}/parallel/nccl/stub.cpp)
 endif()
 
+# ---- oneDNN ----
+# The CPU GEMM for float32 (RINGGRAD_ONEDNN=AUTO|ON|OFF; AUTO: when Debian's libdnnl-dev or
+# another oneDNN with a CMake package is found). core/cpu/onednn/sgemm.cpp holds every use
+# of <dnnl.h>; a build without it compiles core/cpu/onednn/stub.cpp and GEMMs run on Eigen.
+set(RINGGRAD_HAVE_ONEDNN OFF)
+if(NOT RINGGRAD_ONEDNN STREQUAL "OFF" AND NOT RINGGRAD_FUZZ)
+  find_package(dnnl CONFIG QUIET)
+  if(dnnl_FOUND)
+    set(RINGGRAD_HAVE_ONEDNN ON)
+  elseif(RINGGRAD_ONEDNN STREQUAL "ON")
+    message(FATAL_ERROR "RINGGRAD_ONEDNN=ON but oneDNN was not found (Debian: apt-get install "
+                        "libdnnl-dev, or set dnnl_DIR to a oneDNN install's lib/cmake/dnnl)")
+  endif()
+endif()
+if(RINGGRAD_HAVE_ONEDNN)
+  list(APPEND RINGGRAD_BACKEND_SOURCES ${CMAKE_SOURCE_DIR}/core/cpu/onednn/sgemm.cpp)
+  list(APPEND RINGGRAD_BACKEND_LIBS DNNL::dnnl)
+else()
+  list(APPEND RINGGRAD_BACKEND_SOURCES ${CMAKE_SOURCE_DIR}/core/cpu/onednn/stub.cpp)
+endif()
+
 message(STATUS "ringgrad: CUDA backend ${RINGGRAD_HAVE_CUDA}, MPI ${RINGGRAD_HAVE_MPI}, "
-               "NCCL ${RINGGRAD_HAVE_NCCL}")
+               "NCCL ${RINGGRAD_HAVE_NCCL}, oneDNN ${RINGGRAD_HAVE_ONEDNN}")
 if(RINGGRAD_HAVE_CUDA)
   message(STATUS "ringgrad: cuDNN ${CUDNN_LIBRARY}")
 endif()

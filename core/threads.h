@@ -6,9 +6,15 @@
 // a tiny loop costs more than it saves.
 #pragma once
 
+#include <string>
+
 namespace ringgrad {
 
 void set_num_threads(int n);  // n >= 1
 int get_num_threads();
+
+// The CPU's float32 GEMM: "onednn-<version>" or "eigen" (RINGGRAD_GEMM=onednn|eigen|auto;
+// auto, the default: oneDNN where the build has it). float64 GEMMs are always Eigen's.
+std::string cpu_gemm_engine();
 
 }  // namespace ringgrad

@@ -12,7 +12,7 @@
 #   parallel           builds on all of the above
 #   examples, bench, tests, ringgrad.h   on top
 #
-# A backend's internals (core/cpu/, core/cuda/) are included only inside core/, and by
+# A backend's internals (core/cpu/ with core/cpu/onednn/, core/cuda/) are included only inside core/, and by
 # parallel/nccl/, the NCCL communicator backend, which runs on the CUDA backend's stream.
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -21,7 +21,7 @@ cd "$root"
 # Which folders each folder may include (a folder's own name always may be included).
 allowed() {
   case "$1" in
-    core | core/cpu | core/cuda) echo "core core/cpu core/cuda autograd" ;;
+    core | core/cpu | core/cpu/onednn | core/cuda) echo "core core/cpu core/cpu/onednn core/cuda autograd" ;;
     autograd) echo "core autograd" ;;
     data | nn) echo "core autograd" ;;
     optim) echo "core autograd nn" ;;
@@ -64,7 +64,7 @@ while read -r src dst file inc; do
   [ "$src" = "$dst" ] && continue
   ok=$(allowed "$src")
   if [ "$ok" = ANY ]; then
-    case "$dst" in core/cpu | core/cuda) ;; *) continue ;; esac
+    case "$dst" in core/cpu | core/cpu/onednn | core/cuda) ;; *) continue ;; esac
     echo "LAYERS: $file includes ringgrad/$inc: a backend's internals (core/cpu/, core/cuda/) stay inside core/"
     bad=1
     continue

@@ -1,17 +1,74 @@
-// gemm.cpp — CPU matrix multiply through Eigen, on the tensors' own buffers.
+// gemm.cpp — CPU matrix multiply on the tensors' own buffers: float32 through oneDNN's
+// sgemm where the build has it (core/cpu/onednn/), everything else through Eigen.
 //
-// Eigen::Map wraps each operand where it lies: a row-major operand maps as a
-// RowMajor matrix with its row stride, a transposed one as a ColMajor matrix with
-// its column stride, so .t() costs nothing. Threads: a big product is cut into
-// independent panels, one per thread; a batch of products runs one product per
-// thread; a small product stays on one thread (splitting it only adds waiting).
+// Both read each operand where it lies: a row-major operand as it is, with its row
+// stride; a transposed one as column-major (oneDNN: 'T'), with its column stride; so
+// .t() costs nothing. An operand with neither stride 1 (a broadcast) goes to Eigen.
+// Threads: a big product is cut into independent panels, one per thread, each a
+// single-threaded GEMM; a batch of products runs one product per thread; a small
+// product stays on one thread (splitting it only adds waiting).
+//
+// RINGGRAD_GEMM=onednn|eigen|auto picks the float32 GEMM (auto, the default: oneDNN
+// when built with it). oneDNN's kernels are faster on small and skinny products (a
+// 64×256×10 layer: about 2× Eigen's) and on par on big ones: bench/bench_gemm.cpp.
 #include <Eigen/Core>
+
+#include <cstdlib>
+#include <string_view>
+#include <type_traits>
 
 #include "ringgrad/core/cpu/cpu_backend.h"
 #include "ringgrad/core/cpu/loops.h"
+#include "ringgrad/core/cpu/onednn/onednn.h"
+#include "ringgrad/core/threads.h"
 
 namespace ringgrad::cpu {
 namespace {
+
+// Whether float32 GEMMs go to oneDNN: RINGGRAD_GEMM, read once.
+bool use_onednn() {
+  static const bool yes = [] {
+    const char* env = std::getenv("RINGGRAD_GEMM");
+    const std::string_view v = env ? env : "auto";
+    if (v == "auto") return onednn::available();
+    if (v == "eigen") return false;
+    RG_CHECK(v == "onednn", "RINGGRAD_GEMM", "expected onednn, eigen or auto, got \"", v, "\"");
+    RG_CHECK(onednn::available(), "RINGGRAD_GEMM",
+             "onednn asked for, but this build has no oneDNN (install libdnnl-dev and rebuild, "
+             "or set RINGGRAD_GEMM=eigen)");
+    return true;
+  }();
+  return yes;
+}
+
+// An operand (rows × cols, strides rs, cs) in dnnl_sgemm's terms: 'N' with leading
+// dimension ld (element (i, j) at i·ld + j) or 'T' (at j·ld + i). False when it is
+// neither (a broadcast or otherwise strided view).
+bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, char& trans, int64_t& ld) {
+  if (cs == 1 && (rows == 1 || rs >= std::max<int64_t>(cols, 1))) {
+    trans = 'N', ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
+    return true;
+  }
+  if (rs == 1 && (cols == 1 || cs >= std::max<int64_t>(rows, 1))) {
+    trans = 'T', ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
+    return true;
+  }
+  return false;
+}
+
+// C block (m × n, row stride ldc) = alpha·A·B + beta·C through oneDNN, when the
+// operands' layouts allow it; false (nothing done) otherwise.
+bool onednn_block(const GemmArgs& g, const float* a, const float* b, float* c, int64_t m,
+                  int64_t n, int64_t ldc) {
+  char ta, tb;
+  int64_t lda, ldb;
+  if (g.k == 0 || !blas_layout(m, g.k, g.a_row_stride, g.a_col_stride, ta, lda) ||
+      !blas_layout(g.k, n, g.b_row_stride, g.b_col_stride, tb, ldb))
+    return false;
+  onednn::sgemm(ta, tb, m, n, g.k, static_cast<float>(g.alpha), a, lda, b, ldb,
+                static_cast<float>(g.beta), c, ldc);
+  return true;
+}
 
 template <typename T>
 using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -42,6 +99,9 @@ void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0
   const T* b = static_cast<const T*>(g.b) + i * g.b_batch_stride + c0 * g.b_col_stride;
   const int64_t ldc = g.ldc();
   T* c = static_cast<T*>(g.c) + i * g.c_batch_stride + r0 * ldc + c0;
+  if (r1 <= r0 || c1 <= c0) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (use_onednn() && onednn_block(g, a, b, c, r1 - r0, c1 - c0, ldc)) return;
   const T alpha = static_cast<T>(g.alpha), beta = static_cast<T>(g.beta);
   auto multiply = [&](auto&& C) {
     if (beta == T(0))
@@ -126,3 +186,7 @@ void CpuBackend::gemm(const GemmArgs& g) {
 }
 
 }  // namespace ringgrad::cpu
+
+std::string ringgrad::cpu_gemm_engine() {
+  return cpu::use_onednn() ? "onednn-" + cpu::onednn::version() : "eigen";
+}
