@@ -3,17 +3,21 @@
 
 Spawns WORLD processes itself (torch.multiprocessing), each with one thread per
 rank as ringgrad's rgrun gives it, per-rank batch 64, DistributedSampler,
-Adam 1e-3, one epoch timed. Needs Debian's python3-torch; never a dependency of
-ringgrad.   python3 bench/torch_ddp.py --world 2
-Prints: RESULT bench=torch_ddp world=N samples_per_s=…
+Adam 1e-3, one epoch timed. Needs PyTorch 2.x (bench/compare_ddp.sh finds it:
+bench/torch_python.sh); never a dependency of ringgrad.
+    bench/.venv/bin/python bench/torch_ddp.py --world 2
+Prints: RESULT bench=torch_ddp world=N threads_per_rank=T samples_per_s=… torch=… blas=…
+        onednn=… threads=T interop=… isa=…   (one line; the settings are rank 0's,
+        bench/torch_info.py)
 """
 import argparse, os, sys, time
 
+sys.path.insert(0, os.path.dirname(__file__))
+from torch_info import settings  # noqa: E402  first: it imports torch quietly
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, os.path.dirname(__file__))
 from torch_mlp import find, read_idx  # noqa: E402
 
 
@@ -41,8 +45,8 @@ def run(rank, world, data_dir, threads, port, out):
         opt.step()
         samples += len(xb) * world
     seconds = time.perf_counter() - start
-    if rank == 0:
-        out.put(samples / seconds)
+    if rank == 0:  # the rate, and the settings as a rank saw them (its threads, not the parent's)
+        out.put((samples / seconds, settings()))
     dist.destroy_process_group()
 
 
@@ -59,8 +63,9 @@ def main():
     out = ctx.Queue()
     mp.start_processes(run, args=(args.world, args.data, threads, args.port, out), nprocs=args.world,
                        start_method="spawn")
+    rate, torch_settings = out.get()
     print(f"RESULT bench=torch_ddp world={args.world} threads_per_rank={threads} "
-          f"samples_per_s={out.get():.0f}")
+          f"samples_per_s={rate:.0f} {torch_settings}")
 
 
 if __name__ == "__main__":

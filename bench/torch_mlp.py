@@ -4,13 +4,16 @@
 Same model (Linear 784-256, ReLU, Linear 256-10), Adam lr 1e-3, batch 64,
 shuffled, one epoch over the same Fashion-MNIST training set (read from the
 same IDX files, already in memory as a float tensor, as ringgrad does).
-Needs the Debian package python3-torch; ringgrad itself never uses PyTorch.
+Needs PyTorch 2.x (bench/compare_mlp.sh finds it: bench/torch_python.sh); ringgrad
+itself never uses PyTorch.
 
-  python3 bench/torch_mlp.py [--threads N] [--data DIR] [--epochs 1]
-Prints: RESULT bench=torch_mlp threads=N samples_per_s=… peak_rss_mb=…
+  bench/.venv/bin/python bench/torch_mlp.py [--threads N] [--data DIR] [--epochs 1]
+Prints: RESULT bench=torch_mlp samples_per_s=… peak_rss_mb=… torch=… blas=… onednn=…
+        threads=N interop=… isa=…   (one line; the last six: bench/torch_info.py)
 """
 import argparse, gzip, os, resource, struct, time
 
+from torch_info import settings  # first: it imports torch quietly
 import torch
 
 
@@ -60,8 +63,8 @@ def main():
             samples += len(idx)
         seconds += time.perf_counter() - start
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"RESULT bench=torch_mlp threads={args.threads} samples_per_s={samples / seconds:.0f} "
-          f"peak_rss_mb={rss_mb:.0f}")
+    print(f"RESULT bench=torch_mlp samples_per_s={samples / seconds:.0f} "
+          f"peak_rss_mb={rss_mb:.0f} {settings()}")
 
 
 if __name__ == "__main__":

@@ -3,14 +3,17 @@
 
 One torch.nn.TransformerEncoderLayer (d_model 256, nhead 4, dim_feedforward 1024,
 dropout 0, batch_first), input (16, 128, 256); each step: forward, backward of a
-fixed random upstream gradient, gradients cleared. Needs the Debian package
-python3-torch; ringgrad itself never uses PyTorch.
+fixed random upstream gradient, gradients cleared. Needs PyTorch 2.x
+(bench/compare_transformer.sh finds it: bench/torch_python.sh); ringgrad itself never
+uses PyTorch.
 
-  python3 bench/torch_transformer.py [--threads N] [--steps 20]
-Prints: RESULT bench=torch_transformer threads=N tokens_per_s=… gflops=… peak_rss_mb=…
+  bench/.venv/bin/python bench/torch_transformer.py [--threads N] [--steps 20]
+Prints: RESULT bench=torch_transformer tokens_per_s=… gflops=… ms_per_step=… peak_rss_mb=…
+        torch=… blas=… onednn=… threads=N interop=… isa=…   (one line; bench/torch_info.py)
 """
 import argparse, resource, time
 
+from torch_info import settings  # first: it imports torch quietly
 import torch
 
 
@@ -44,10 +47,10 @@ def main():
     fwd = 2 * tokens * (4 * d_model * d_model + 2 * d_model * ff) + \
         2 * 2 * args.batch * args.seq * args.seq * d_model
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"RESULT bench=torch_transformer threads={args.threads} "
+    print(f"RESULT bench=torch_transformer "
           f"tokens_per_s={tokens * args.steps / seconds:.0f} "
           f"gflops={3 * fwd * args.steps / seconds / 1e9:.1f} "
-          f"ms_per_step={1e3 * seconds / args.steps:.1f} peak_rss_mb={rss:.0f}")
+          f"ms_per_step={1e3 * seconds / args.steps:.1f} peak_rss_mb={rss:.0f} {settings()}")
 
 
 if __name__ == "__main__":
