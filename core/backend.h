@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 
 #include "ringgrad/core/op_kinds.h"
 #include "ringgrad/core/ops.h"
@@ -137,6 +138,21 @@ class Backend {
   // gradient of the raw scores Q·Kᵀ (dsum = rowsum(dO ⊙ O)).
   virtual void attention_tile_grad(const AttentionTile& tile, const TensorRef& p,
                                    const TensorRef& dp, const TensorRef& dsum) = 0;
+  // How the tile loop of core/ops_attention.cpp is scheduled. Its work is cut into
+  // independent items (forward: a query block; backward: a key block), each covering
+  // `pairs_per_item` batch·head pairs in its GEMMs and row passes. The CPU takes one pair
+  // per item and runs items side by side on its threads, each item on one thread with
+  // its tiles in cache (FlashAttention-2's CPU form); a GPU takes every pair in one
+  // batched GEMM and runs the items one after another on its stream.
+  struct AttentionPlan {
+    int64_t pairs_per_item = 1;
+    int workers = 1;  // items that may run at once: the number of scratch buffers
+  };
+  virtual AttentionPlan attention_plan(int64_t pairs) = 0;
+  // body(item, worker) for every item in [0, items), at most plan.workers at once;
+  // worker < plan.workers names the scratch the call may use. Returns when all are done.
+  virtual void attention_run(int64_t items, const AttentionPlan& plan,
+                             const std::function<void(int64_t item, int worker)>& body) = 0;
 
   // In place over contiguous p, m, v (and read-only g), all of one shape.
   virtual void adam_step(const TensorRef& p, const TensorRef& g, const TensorRef& m,

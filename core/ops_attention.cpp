@@ -1,20 +1,29 @@
 // ops_attention.cpp — blockwise scaled dot-product attention (see attention.h).
 //
 // One algorithm for every backend: the tile loop, the GEMMs and their operand
-// layouts live here; a backend supplies only GEMM and the three row passes of
-// backend.h (attention_tile_forward / _probs / _grad, math in row_math.h).
+// layouts live here; a backend supplies only GEMM, the three row passes of
+// backend.h (attention_tile_forward / _probs / _grad, math in row_math.h) and the
+// schedule of the loop's work items (attention_plan / attention_run).
 //
-// Shapes (N = B·H pairs, one GEMM batch; bq × bk one tile):
+// Work items (np = the plan's pairs per item: 1 on the CPU, all N = B·H on a GPU):
+//   forward: (pairs, query block i), each looping over the key blocks j;
+//   backward: (pairs, key block j), each looping over the query blocks i.
+// Items are independent (the backward's dQ, which every key block adds to, is summed in a
+// fixed order: see attention_backward), each with its own scratch tiles, allocated once
+// per call.
+//
+// Shapes (bq × bk one tile):
 //   forward, per query block i, for each key block j:
-//     S   (N, bq, bk) = Q_i · K_jᵀ                        GEMM
+//     S   (np, bq, bk) = Q_i · K_jᵀ                       GEMM
 //     row pass: running max m, sum l; O_i *= exp(m_old − m); S ← exp(scale·S + mask − m)
-//     O_i (N, bq, Dv) += S · V_j                           GEMM, accumulating
+//     O_i (np, bq, Dv) += S · V_j                          GEMM, accumulating
 //   then O = O / l and lse = m + log l.
-//   backward, per tile, with D = rowsum(dO ⊙ O) and the saved (global) lse:
+//   backward, per key block j, for each query block i, with D = rowsum(dO ⊙ O) and the
+//   saved (global) lse:
 //     S = Q_i·K_jᵀ;  P = exp(scale·S + mask − lse)        GEMM + row pass
 //     dV_j += Pᵀ·dO_i;  dP = dO_i·V_jᵀ                     GEMMs
 //     dS = scale·P·(dP − D)                                row pass
-//     dQ_i += dS·K_j;  dK_j += dSᵀ·Q_i                     GEMMs, accumulating
+//     dK_j += dSᵀ·Q_i;  dQ_i += dS·K_j                     GEMMs, accumulating
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -101,21 +110,51 @@ void* at_mut(const Tensor& t, int64_t index) {
   return static_cast<char*>(t.raw_data()) + index * int64_t(element_size(t.dtype()));
 }
 
+// The (np, rows) block [n0, n0 + np) × [i0, i0 + rows) of a contiguous (pairs, t) tensor,
+// or with width > 0 the (np, rows, width) block of a contiguous (pairs, t, width) one.
+// Built by hand, not through narrow(): no allocation per tile.
+TensorRef block_ref(const Tensor& x, int64_t t, int64_t n0, int64_t np, int64_t i0, int64_t rows,
+                    int64_t width = 0) {
+  TensorRef r;
+  const int64_t w = width ? width : 1;
+  r.data = at_mut(x, (n0 * t + i0) * w);
+  r.dtype = x.dtype();
+  r.ndim = width ? 3 : 2;
+  r.shape[0] = np, r.shape[1] = rows, r.shape[2] = width;
+  r.strides[0] = t * w, r.strides[1] = w, r.strides[2] = 1;
+  return r;
+}
+
+// n contiguous elements at p (a score tile) as a backend reads them.
+TensorRef flat_ref(void* p, DType dtype, int64_t n) {
+  TensorRef r;
+  r.data = p, r.dtype = dtype, r.ndim = 1, r.shape[0] = n, r.strides[0] = 1;
+  return r;
+}
+
 // Everything a tile loop needs, prepared once per call.
 struct Problem {
   Dims4 s;
   int64_t pairs;  // N = B·H
   Tensor q, k, v;  // contiguous
   Tensor mask;     // expanded to (B, H, Tq, Tk) or undefined
+  TensorRef mask_ref;  // its view (data null: none)
   AttentionTile tile;  // the fields shared by every tile
   AttentionOptions o;
+  Backend::AttentionPlan plan;  // how the backend runs the work items
+  int64_t bq, bk;               // tile size: queries × keys
+  int64_t items_per_block;      // work items per query (or key) block: pairs / pairs_per_item
 
-  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const AttentionOptions& opt)
+  Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const AttentionOptions& opt,
+          Backend& be)
       : o(opt) {
     s = check_inputs(q_, k_, v_, opt);
     pairs = s.b * s.h;
     q = q_.contiguous(), k = k_.contiguous(), v = v_.contiguous();
-    if (opt.mask.defined()) mask = additive_mask(opt.mask, q.dtype()).expand({s.b, s.h, s.tq, s.tk});
+    if (opt.mask.defined()) {
+      mask = additive_mask(opt.mask, q.dtype()).expand({s.b, s.h, s.tq, s.tk});
+      mask_ref = ref(mask);
+    }
     tile.dtype = q.dtype();
     tile.batch = s.b, tile.heads = s.h;
     tile.causal = opt.causal;
@@ -124,14 +163,37 @@ struct Problem {
     tile.seed = opt.dropout_seed, tile.offset = opt.dropout_offset;
     tile.total_rows = opt.total_q ? opt.total_q : s.tq;
     tile.total_cols = opt.total_k ? opt.total_k : s.tk;
+    plan = be.attention_plan(pairs);
+    RG_CHECK(plan.pairs_per_item == 1 || plan.pairs_per_item == pairs, kOp,
+             "a backend's attention plan takes one pair or all pairs per item");
+    items_per_block = pairs / plan.pairs_per_item;
+    bq = std::min(opt.block_q, std::max<int64_t>(s.tq, 1));
+    bk = std::min(opt.block_k, std::max<int64_t>(s.tk, 1));
   }
 
-  // The tile of queries [i0, i0 + rows) and keys [j0, j0 + cols).
-  AttentionTile at_tile(int64_t i0, int64_t rows, int64_t j0, int64_t cols) const {
+  // The tile of pairs [n0, n0 + pairs_per_item), queries [i0, i0 + rows), keys [j0, j0 + cols).
+  // A one-pair tile is that pair's (1, 1) slice: its mask view and dropout counters
+  // start at pair n0.
+  AttentionTile at_tile(int64_t n0, int64_t i0, int64_t rows, int64_t j0, int64_t cols) const {
     AttentionTile t = tile;
     t.rows = rows, t.cols = cols;
     t.row_pos = o.q_offset + i0, t.col_pos = o.k_offset + j0;
-    if (mask.defined()) t.mask = ref(mask.narrow(2, i0, rows).narrow(3, j0, cols));
+    const bool one_pair = plan.pairs_per_item == 1;
+    if (one_pair) {
+      t.batch = 1, t.heads = 1;
+      t.offset += uint64_t(n0) * uint64_t(t.total_rows) * uint64_t(t.total_cols);
+    }
+    if (mask_ref.data) {
+      TensorRef m = mask_ref;
+      int64_t first = i0 * m.strides[2] + j0 * m.strides[3];
+      if (one_pair) {
+        first += n0 / s.h * m.strides[0] + n0 % s.h * m.strides[1];
+        m.shape[0] = m.shape[1] = 1;
+      }
+      m.data = static_cast<char*>(m.data) + first * int64_t(element_size(m.dtype));
+      m.shape[2] = rows, m.shape[3] = cols;
+      t.mask = m;
+    }
     return t;
   }
 
@@ -140,50 +202,65 @@ struct Problem {
     return o.causal && o.k_offset + j0 > o.q_offset + i0 + rows - 1;
   }
 
-  // S (N, rows, cols) = Q_i · K_jᵀ.
-  void scores(Backend& be, const Tensor& out_s, int64_t i0, int64_t rows, int64_t j0,
-              int64_t cols) const {
-    Mat qi{at(q, i0 * s.d), s.tq * s.d, s.d, 1};
-    Mat kjt{at(k, j0 * s.d), s.tk * s.d, 1, s.d};  // K_jᵀ: K_j read column-major
-    gemm(be, q.dtype(), pairs, rows, cols, s.d, qi, kjt, out_s.raw_data(), rows * cols, cols, 0);
+  // The columns of key block [j0, j0 + bk) that the query block can see: causal, the
+  // keys after its last query are hidden from every row, and are not computed at all.
+  int64_t visible_cols(int64_t i0, int64_t rows, int64_t j0) const {
+    const int64_t cols = std::min(bk, s.tk - j0);
+    if (!o.causal) return cols;
+    return std::min(cols, o.q_offset + i0 + rows - (o.k_offset + j0));
+  }
+
+  // S (np, rows, cols) = Q_i · K_jᵀ for pairs [n0, n0 + np).
+  void scores(Backend& be, void* out_s, int64_t n0, int64_t np, int64_t i0, int64_t rows,
+              int64_t j0, int64_t cols) const {
+    Mat qi{at(q, (n0 * s.tq + i0) * s.d), s.tq * s.d, s.d, 1};
+    Mat kjt{at(k, (n0 * s.tk + j0) * s.d), s.tk * s.d, 1, s.d};  // K_jᵀ: K_j read column-major
+    gemm(be, q.dtype(), np, rows, cols, s.d, qi, kjt, out_s, rows * cols, cols, 0);
   }
 };
 
-// A (N, rows) view of a (N, T) tensor's columns [i0, i0 + rows).
-TensorRef rows_of(const Tensor& t, int64_t i0, int64_t rows) { return ref(t.narrow(1, i0, rows)); }
-
 }  // namespace
 
+// The forward's work items: (pairs n0.., query block i). Each runs the whole row of
+// tiles of its query block, keeping its running (m, l, O) — the tile loop below.
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const AttentionOptions& options) {
   NoGradGuard no_grad;
-  Problem P(q, k, v, options);
+  Backend& be = backend(q.device(), kOp);
+  Problem P(q, k, v, options, be);
   const Dims4& s = P.s;
   auto opts = detail::options_of(q);
-  Backend& be = backend(q.device(), kOp);
   Tensor out = zeros({s.b, s.h, s.tq, s.dv}, opts);
   Tensor m = full({P.pairs, s.tq}, -std::numeric_limits<double>::infinity(), opts);
   Tensor l = zeros({P.pairs, s.tq}, opts);
-  const int64_t bq = std::min(options.block_q, std::max<int64_t>(s.tq, 1));
-  const int64_t bk = std::min(options.block_k, std::max<int64_t>(s.tk, 1));
-  Tensor scores = empty({P.pairs, bq, bk}, opts);  // one tile, reused
-  Tensor out3 = out.view({P.pairs, s.tq, s.dv});
+  const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
+  const int64_t q_blocks = (s.tq + bq - 1) / bq;
+  // One score tile per worker, allocated once for the call.
+  const int64_t tile_elems = np * bq * bk;
+  Tensor scratch = empty({P.plan.workers, tile_elems}, opts);
 
-  for (int64_t i0 = 0; i0 < s.tq; i0 += bq) {
-    int64_t rows = std::min(bq, s.tq - i0);
+  be.attention_run(P.items_per_block * q_blocks, P.plan, [&](int64_t item, int worker) {
+    const int64_t n0 = item / q_blocks * np;
+    // Last query blocks first: under a causal mask they have the most key blocks, and
+    // starting them early leaves the short ones to even out the threads at the end.
+    const int64_t i0 = (q_blocks - 1 - item % q_blocks) * bq;
+    const int64_t rows = std::min(bq, s.tq - i0);
+    void* tile_s = at_mut(scratch, worker * tile_elems);
+    const TensorRef m_i = block_ref(m, s.tq, n0, np, i0, rows);
+    const TensorRef l_i = block_ref(l, s.tq, n0, np, i0, rows);
+    const TensorRef o_i = block_ref(out, s.tq, n0, np, i0, rows, s.dv);
     for (int64_t j0 = 0; j0 < s.tk && !P.skipped(i0, rows, j0); j0 += bk) {
-      int64_t cols = std::min(bk, s.tk - j0);
-      P.scores(be, scores, i0, rows, j0, cols);
-      Tensor tile_s = scores.view({-1}).narrow(0, 0, P.pairs * rows * cols);
-      be.attention_tile_forward(P.at_tile(i0, rows, j0, cols), ref(tile_s), rows_of(m, i0, rows),
-                                rows_of(l, i0, rows), ref(out3.narrow(1, i0, rows)));
+      const int64_t cols = P.visible_cols(i0, rows, j0);
+      // S = Q_i · K_jᵀ, then the online-softmax step turns it into P̃ and rescales O_i
+      P.scores(be, tile_s, n0, np, i0, rows, j0, cols);
+      be.attention_tile_forward(P.at_tile(n0, i0, rows, j0, cols),
+                                flat_ref(tile_s, q.dtype(), np * rows * cols), m_i, l_i, o_i);
       // O_i += P̃ · V_j
-      Mat p{scores.raw_data(), rows * cols, cols, 1};
-      Mat vj{at(P.v, j0 * s.dv), s.tk * s.dv, s.dv, 1};
-      gemm(be, q.dtype(), P.pairs, rows, s.dv, cols, p, vj, at_mut(out, i0 * s.dv), s.tq * s.dv,
-           s.dv, 1.0);
+      Mat p{tile_s, rows * cols, cols, 1};
+      Mat vj{at(P.v, (n0 * s.tk + j0) * s.dv), s.tk * s.dv, s.dv, 1};
+      gemm(be, q.dtype(), np, rows, s.dv, cols, p, vj, o_i.data, s.tq * s.dv, s.dv, 1.0);
     }
-  }
+  });
   // Normalise: O /= l, lse = m + log l (−∞ + −∞ = −∞ for fully masked rows, whose O stays 0).
   Tensor inv = where(l > 0.0, 1.0 / l, detail::scalar_like(l, 0.0));
   out.mul_(inv.view({s.b, s.h, s.tq, 1}));
@@ -191,11 +268,21 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
   return {out, lse};
 }
 
+// The backward, as in FlashAttention-2: a column of tiles per key block j, so dK_j and dV_j
+// have one writer; dQ_i gets a contribution from every key block. For the same bits on
+// every run those contributions are added in a fixed order, with the work split one of
+// two ways:
+//  - by pairs, when there are enough for the workers: an item is a pair group's whole
+//    backward, key block after key block, and dQ has one writer;
+//  - by key blocks, when there are few pairs (long sequences, ring attention): pair group
+//    after pair group, `workers` items each take every workers-th key block, adding dQ
+//    into a buffer of their own, and the buffers are summed in item order after.
 AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, const Tensor& dout,
                                   const AttentionOptions& options) {
   NoGradGuard no_grad;
-  Problem P(q, k, v, options);
+  Backend& be = backend(q.device(), kOp);
+  Problem P(q, k, v, options, be);
   const Dims4& s = P.s;
   RG_CHECK(out.shape() == Shape({s.b, s.h, s.tq, s.dv}) && dout.shape() == out.shape() &&
                lse.shape() == Shape({s.b, s.h, s.tq}),
@@ -203,47 +290,74 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
            " and lse (B, H, Tq), got out ", shape_str(out.shape()), ", dout ",
            shape_str(dout.shape()), ", lse ", shape_str(lse.shape()));
   auto opts = detail::options_of(q);
-  Backend& be = backend(q.device(), kOp);
   Tensor dO = dout.contiguous();
   Tensor lse2 = lse.contiguous().view({P.pairs, s.tq});
   Tensor dsum = (dO * out).sum(-1).contiguous().view({P.pairs, s.tq});  // D = rowsum(dO ⊙ O)
   Tensor dq = zeros(q.shape(), opts), dk = zeros(k.shape(), opts), dv = zeros(v.shape(), opts);
-  const int64_t bq = std::min(options.block_q, std::max<int64_t>(s.tq, 1));
-  const int64_t bk = std::min(options.block_k, std::max<int64_t>(s.tk, 1));
+  const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
+  const int64_t q_blocks = (s.tq + bq - 1) / bq, k_blocks = (s.tk + bk - 1) / bk;
+  const int64_t groups = P.items_per_block;  // pair groups of np pairs
+  const int workers = P.plan.workers;
   const bool dropout = options.dropout_p > 0;
-  Tensor probs = empty({P.pairs, bq, bk}, opts), dp = empty({P.pairs, bq, bk}, opts);
-  Tensor dropped = dropout ? empty({P.pairs, bq, bk}, opts) : Tensor();
+  // Per worker, allocated once for the call: P, dP and (with dropout) the dropped-out P.
+  const int64_t tile_elems = np * bq * bk, per_worker = tile_elems * (dropout ? 3 : 2);
+  Tensor scratch = empty({workers, per_worker}, opts);
 
-  for (int64_t i0 = 0; i0 < s.tq; i0 += bq) {
-    int64_t rows = std::min(bq, s.tq - i0);
-    Mat doi{at(dO, i0 * s.dv), s.tq * s.dv, s.dv, 1};
-    Mat qi{at(P.q, i0 * s.d), s.tq * s.d, s.d, 1};
-    for (int64_t j0 = 0; j0 < s.tk && !P.skipped(i0, rows, j0); j0 += bk) {
-      int64_t cols = std::min(bk, s.tk - j0);
-      int64_t n = P.pairs * rows * cols;
-      AttentionTile tile = P.at_tile(i0, rows, j0, cols);
+  // Key block jb of pair group n0, all its query blocks in order; dQ of the group's first
+  // pair at dq_n0 (pairs tq·d apart).
+  auto column = [&](int64_t n0, int64_t jb, void* dq_n0, int worker) {
+    const int64_t j0 = jb * bk;
+    void* probs = at_mut(scratch, worker * per_worker);
+    void* dp = at_mut(scratch, worker * per_worker + tile_elems);
+    void* dropped = dropout ? at_mut(scratch, worker * per_worker + 2 * tile_elems) : nullptr;
+    Mat kj{at(P.k, (n0 * s.tk + j0) * s.d), s.tk * s.d, s.d, 1};
+    Mat vjt{at(P.v, (n0 * s.tk + j0) * s.dv), s.tk * s.dv, 1, s.dv};
+    void* dk_j = at_mut(dk, (n0 * s.tk + j0) * s.d);
+    void* dv_j = at_mut(dv, (n0 * s.tk + j0) * s.dv);
+    for (int64_t i0 = 0; i0 < s.tq; i0 += bq) {
+      const int64_t rows = std::min(bq, s.tq - i0);
+      if (P.skipped(i0, rows, j0)) continue;
+      const int64_t cols = P.visible_cols(i0, rows, j0);
+      const int64_t n = np * rows * cols;
+      const AttentionTile tile = P.at_tile(n0, i0, rows, j0, cols);
+      auto flat = [&](void* p) { return flat_ref(p, q.dtype(), n); };
+      Mat doi{at(dO, (n0 * s.tq + i0) * s.dv), s.tq * s.dv, s.dv, 1};
+      Mat qi{at(P.q, (n0 * s.tq + i0) * s.d), s.tq * s.d, s.d, 1};
       // P = exp(scale·Q_i·K_jᵀ + mask − lse) (and its dropped-out form)
-      P.scores(be, probs, i0, rows, j0, cols);
-      be.attention_tile_probs(tile, ref(probs.view({-1}).narrow(0, 0, n)), rows_of(lse2, i0, rows),
-                              dropout ? ref(dropped.view({-1}).narrow(0, 0, n)) : TensorRef{});
-      const Tensor& used = dropout ? dropped : probs;  // what multiplied V
+      P.scores(be, probs, n0, np, i0, rows, j0, cols);
+      be.attention_tile_probs(tile, flat(probs), block_ref(lse2, s.tq, n0, np, i0, rows),
+                              dropout ? flat(dropped) : TensorRef{});
       // dV_j += P̃ᵀ · dO_i
-      Mat used_t{used.raw_data(), rows * cols, 1, cols};
-      gemm(be, q.dtype(), P.pairs, cols, s.dv, rows, used_t, doi, at_mut(dv, j0 * s.dv),
-           s.tk * s.dv, s.dv, 1.0);
+      Mat used_t{dropout ? dropped : probs, rows * cols, 1, cols};  // what multiplied V
+      gemm(be, q.dtype(), np, cols, s.dv, rows, used_t, doi, dv_j, s.tk * s.dv, s.dv, 1.0);
       // dP = dO_i · V_jᵀ, then dS = scale·P·(dP·keep − D)
-      Mat vjt{at(P.v, j0 * s.dv), s.tk * s.dv, 1, s.dv};
-      gemm(be, q.dtype(), P.pairs, rows, cols, s.dv, doi, vjt, dp.raw_data(), rows * cols, cols,
-           0.0);
-      be.attention_tile_grad(tile, ref(probs.view({-1}).narrow(0, 0, n)),
-                             ref(dp.view({-1}).narrow(0, 0, n)), rows_of(dsum, i0, rows));
-      // dQ_i += dS · K_j;  dK_j += dSᵀ · Q_i
-      Mat ds{dp.raw_data(), rows * cols, cols, 1}, ds_t{dp.raw_data(), rows * cols, 1, cols};
-      Mat kj{at(P.k, j0 * s.d), s.tk * s.d, s.d, 1};
-      gemm(be, q.dtype(), P.pairs, rows, s.d, cols, ds, kj, at_mut(dq, i0 * s.d), s.tq * s.d, s.d,
-           1.0);
-      gemm(be, q.dtype(), P.pairs, cols, s.d, rows, ds_t, qi, at_mut(dk, j0 * s.d), s.tk * s.d,
+      gemm(be, q.dtype(), np, rows, cols, s.dv, doi, vjt, dp, rows * cols, cols, 0.0);
+      be.attention_tile_grad(tile, flat(probs), flat(dp), block_ref(dsum, s.tq, n0, np, i0, rows));
+      // dK_j += dSᵀ · Q_i;  dQ_i += dS · K_j
+      Mat ds{dp, rows * cols, cols, 1}, ds_t{dp, rows * cols, 1, cols};
+      gemm(be, q.dtype(), np, cols, s.d, rows, ds_t, qi, dk_j, s.tk * s.d, s.d, 1.0);
+      gemm(be, q.dtype(), np, rows, s.d, cols, ds, kj,
+           static_cast<char*>(dq_n0) + i0 * s.d * int64_t(element_size(q.dtype())), s.tq * s.d,
            s.d, 1.0);
+    }
+  };
+
+  if (workers == 1 || groups >= 4 * int64_t(workers) || groups % workers == 0) {
+    be.attention_run(groups, P.plan, [&](int64_t g, int worker) {
+      for (int64_t jb = 0; jb < k_blocks; ++jb)
+        column(g * np, jb, at_mut(dq, g * np * s.tq * s.d), worker);
+    });
+  } else {
+    // dQ of one pair group per item: (workers, np, tq, d), summed in item order.
+    Tensor parts = empty({workers, np, s.tq, s.d}, opts);
+    for (int64_t g = 0; g < groups; ++g) {
+      parts.zero_();
+      be.attention_run(workers, P.plan, [&](int64_t c, int worker) {
+        for (int64_t jb = c; jb < k_blocks; jb += workers)
+          column(g * np, jb, at_mut(parts, c * np * s.tq * s.d), worker);
+      });
+      Tensor dq_g = dq.view({P.pairs, s.tq, s.d}).narrow(0, g * np, np);
+      for (int64_t c = 0; c < workers; ++c) dq_g.add_(parts[c]);
     }
   }
   return {dq, dk, dv};

@@ -87,7 +87,10 @@ RG_HD void attention_row_forward(const AttentionRow<T>& r, T* s, T& m, T& l, T* 
   const int64_t cols = r.cols, limit = r.limit, mask_stride = r.mask_stride;
   const T scale = r.scale;
   const T* mask = r.mask;
-  // Pass 1: s[j] = x_j (the score, −∞ where masked), and the block's max.
+  // Pass 1: the block's max score. Without a mask it is read off the raw s (scale·max s,
+  // or scale·min s for a negative scale: a product rounds monotonically, so this is
+  // exactly the largest scale·s[j]) and s is left for pass 2 to read once more; with a
+  // mask, s[j] = x_j is stored on the way.
   T block_max = T(-INFINITY);
   if (mask) {
     RG_SIMD_REDUCE(max : block_max)
@@ -96,28 +99,32 @@ RG_HD void attention_row_forward(const AttentionRow<T>& r, T* s, T& m, T& l, T* 
       s[j] = x;
       block_max = x > block_max ? x : block_max;
     }
-  } else {
-    RG_SIMD_REDUCE(max : block_max)
-    for (int64_t j = 0; j < limit; ++j) {
-      T x = scale * s[j];
-      s[j] = x;
-      block_max = x > block_max ? x : block_max;
-    }
+  } else if (limit > 0 && scale >= T(0)) {
+    T hi = T(-INFINITY);
+    RG_SIMD_REDUCE(max : hi)
+    for (int64_t j = 0; j < limit; ++j) hi = s[j] > hi ? s[j] : hi;
+    block_max = scale * hi;
+  } else if (limit > 0) {
+    T lo = T(INFINITY);
+    RG_SIMD_REDUCE(min : lo)
+    for (int64_t j = 0; j < limit; ++j) lo = s[j] < lo ? s[j] : lo;
+    block_max = scale * lo;
   }
-  for (int64_t j = limit; j < cols; ++j) s[j] = T(-INFINITY);
   const T m_new = m > block_max ? m : block_max;
   if (m_new == T(-INFINITY)) {  // every key so far is masked
     for (int64_t j = 0; j < cols; ++j) s[j] = T(0);
     return;
   }
   // Pass 2: s[j] = exp(x_j − m_new) (0 for masked keys), summed before dropout.
+  const T x_scale = mask ? T(1) : scale;  // with a mask, s already holds x
   T sum = 0;
   RG_SIMD_REDUCE(+ : sum)
-  for (int64_t j = 0; j < cols; ++j) {
-    T e = exp_vec(s[j] - m_new);
+  for (int64_t j = 0; j < limit; ++j) {
+    T e = exp_vec(x_scale * s[j] - m_new);
     s[j] = e;
     sum += e;
   }
+  for (int64_t j = limit; j < cols; ++j) s[j] = T(0);
   if (r.dropout_p != T(0))
     for (int64_t j = 0; j < cols; ++j) s[j] *= attention_keep(r, j);
   const T correction = exp_vec(m - m_new);  // 0 on the first block (m = −∞)

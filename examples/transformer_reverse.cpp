@@ -4,7 +4,8 @@
 //   target  6 2 9 5 1 4 1 3 <eos>
 //
 // The model is torch.nn.Transformer's shape (nn::Transformer, batch_first) with token
-// embeddings ×√d_model, sinusoidal positions and a Linear head over the vocabulary.
+// embeddings plus sinusoidal positions (not scaled by √d_model) and a Linear head over
+// the vocabulary.
 // Training uses teacher forcing: the decoder reads <bos> + the target shifted right
 // under a causal mask and predicts every next token at once; padding is masked out
 // of attention (key_padding_mask) and of the loss (ignore_index). The optimizer is

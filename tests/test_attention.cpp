@@ -5,6 +5,7 @@
 // gradients are cases of the op table (test_op_cases_nn.cpp, run by test_gradcheck.cpp).
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "test_helpers.h"
 
@@ -155,4 +156,29 @@ TEST_CASE("attention: errors name the shapes") {
                  "broadcast");
   CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(q, k, v, {.dropout_p = 1.0}); }),
                  "expected 0 <= dropout_p < 1, got 1");
+}
+
+TEST_CASE("attention: the backward gives the same bits on every run, whichever way work is split") {
+  // With 2 threads: one or three pairs split the backward by key blocks (dQ summed from
+  // per-item buffers), four pairs by pairs; one thread runs everything in order.
+  const int threads = rg::get_num_threads();
+  for (int64_t heads : {1, 3, 4}) {
+    CAPTURE(heads);
+    rg::manual_seed(40 + heads);
+    rg::Tensor q = rand64({1, heads, 37, 8}), k = rand64({1, heads, 45, 8}),
+               v = rand64({1, heads, 45, 8}), dout = rand64({1, heads, 37, 8});
+    const rg::AttentionOptions o = tiny_tiles({.causal = true});
+    auto grads = [&](int n) {
+      rg::set_num_threads(n);
+      rg::AttentionOutput r = rg::attention_forward(q, k, v, o);
+      return rg::attention_backward(q, k, v, r.out, r.lse, dout, o);
+    };
+    rg::AttentionGrads a = grads(2), b = grads(2), one = grads(1);
+    for (auto [x, y, z] : {std::tuple{a.dq, b.dq, one.dq}, std::tuple{a.dk, b.dk, one.dk},
+                           std::tuple{a.dv, b.dv, one.dv}}) {
+      CHECK((x - y).abs().max().item() == 0.0);
+      check_close(x, z, 1e-12);
+    }
+  }
+  rg::set_num_threads(threads);
 }

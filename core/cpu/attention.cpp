@@ -1,7 +1,14 @@
-// attention.cpp — CPU row passes of blockwise attention (the math: row_math.h).
+// attention.cpp — CPU scheduling and row passes of blockwise attention (the math: row_math.h).
 //
-// The tile's GEMMs (Q·Kᵀ, P·V, …) run through CpuBackend::gemm; what is left per
-// tile is one pass over each row of scores, split over threads by rows.
+// The tile loop (core/ops_attention.cpp) runs here as FlashAttention-2 does on a CPU:
+// one batch·head pair per work item, items claimed by the threads from a shared counter,
+// each item on one thread — its GEMMs single-threaded (CpuBackend::gemm inside a parallel
+// region), its score tile private scratch that stays in the L2 cache between the GEMM
+// that writes it, the row pass and the GEMM that reads it. No fork/join per tile: one
+// per call. The row passes below then see one pair's tile and run on the calling thread
+// (a tile given to them outside a parallel region is still split over threads by rows).
+#include <atomic>
+
 #include "ringgrad/core/cpu/cpu_backend.h"
 #include "ringgrad/core/cpu/loops.h"
 #include "ringgrad/core/row_math.h"
@@ -26,6 +33,26 @@ T* at(const TensorRef& t, int64_t n, int64_t i) {
 }
 
 }  // namespace
+
+Backend::AttentionPlan CpuBackend::attention_plan(int64_t) {
+  return {.pairs_per_item = 1, .workers = in_parallel_region() ? 1 : get_num_threads()};
+}
+
+// One chunk per worker, so that chunk c is worker c and owns scratch c; inside, the
+// worker takes items from the counter until none is left. A thread that starts late
+// (its core busy with another process) finds fewer items, or none: nobody waits for it.
+void CpuBackend::attention_run(int64_t items, const AttentionPlan& plan,
+                               const std::function<void(int64_t, int)>& body) {
+  if (plan.workers <= 1 || items < 2) {
+    for (int64_t item = 0; item < items; ++item) body(item, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  parallel_chunks(plan.workers, plan.workers, [&](int64_t worker) {
+    for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < items;)
+      body(item, int(worker));
+  });
+}
 
 void CpuBackend::attention_tile_forward(const AttentionTile& tile, const TensorRef& s,
                                         const TensorRef& m, const TensorRef& l,

@@ -51,6 +51,9 @@ class CpuBackend final : public Backend {
                             const TensorRef& pd) override;
   void attention_tile_grad(const AttentionTile& tile, const TensorRef& p, const TensorRef& dp,
                            const TensorRef& dsum) override;
+  AttentionPlan attention_plan(int64_t pairs) override;
+  void attention_run(int64_t items, const AttentionPlan& plan,
+                     const std::function<void(int64_t, int)>& body) override;
 
   void adam_step(const TensorRef& p, const TensorRef& g, const TensorRef& m, const TensorRef& v,
                  const AdamStep& h) override;

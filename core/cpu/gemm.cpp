@@ -163,11 +163,15 @@ void gemm_split(const GemmArgs& g, int64_t i, int threads) {
 
 void CpuBackend::gemm(const GemmArgs& g) {
   dispatch_floating(g.dtype, "matmul", [&]<typename T>() {
-    int threads = in_parallel_region() ? 1 : get_num_threads();
-    // We decide the threading (thread_pool.h); Eigen runs each block on one
-    // thread. The caller's own Eigen setting is put back after.
-    int eigen_threads = Eigen::nbThreads();
-    Eigen::setNbThreads(1);
+    const bool top = !in_parallel_region();
+    int threads = top ? get_num_threads() : 1;
+    // We decide the threading (thread_pool.h); Eigen runs each block on one thread. Only
+    // a call from outside a parallel region sets Eigen's (process-wide) thread count, and
+    // puts the caller's back after: calls from the pool's workers (attention's work
+    // items) run side by side and must not race on it. (Inside them Eigen keeps the
+    // caller's count; float32 GEMMs there run on oneDNN, single-threaded per call.)
+    const int eigen_threads = top ? Eigen::nbThreads() : 0;
+    if (top) Eigen::setNbThreads(1);
     int64_t work = g.m * g.n * g.k;
     if (threads > 1 && g.batch > 1 && g.batch * work >= kParallelGrain &&
         (work < kSerialGemmWork || g.batch >= threads)) {
@@ -181,7 +185,7 @@ void CpuBackend::gemm(const GemmArgs& g) {
           gemm_block<T>(g, i, 0, g.m, 0, g.n);
       }
     }
-    Eigen::setNbThreads(eigen_threads);
+    if (top) Eigen::setNbThreads(eigen_threads);
   });
 }
 

@@ -1,9 +1,11 @@
-// attention.cu — CUDA row passes of blockwise attention (math: row_math.h).
+// attention.cu — CUDA scheduling and row passes of blockwise attention (math: row_math.h).
 //
-// The GEMMs of each tile run through cuBLAS (gemm.cu), from ops_attention.cpp;
-// these kernels are the passes over rows of scores in between, one thread per
-// query row, calling the same row functions as the CPU backend. (A fused
-// attention kernel — tiles kept in shared memory — would replace all of this.)
+// The GEMMs of each tile run through cuBLAS (gemm.cu), from ops_attention.cpp, batched
+// over every batch·head pair; the work items of the tile loop (query or key blocks) are
+// launched one after another on the compute stream. These kernels are the passes over
+// rows of scores in between, one thread per query row, calling the same row functions
+// as the CPU backend. (A fused attention kernel — tiles kept in shared memory — would
+// replace all of this.)
 #include "ringgrad/core/cuda/cuda_backend.h"
 #include "ringgrad/core/row_math.h"
 
@@ -63,6 +65,17 @@ __global__ void tile_grad_kernel(AttentionTile tile, MaskView mask, const T* p, 
 int64_t tile_rows(const AttentionTile& t) { return t.batch * t.heads * t.rows; }
 
 }  // namespace
+
+// Every pair in each item's batched GEMMs, one item at a time: one scratch buffer,
+// which the stream's ordering lets each item reuse after the one before.
+Backend::AttentionPlan CudaBackend::attention_plan(int64_t pairs) {
+  return {.pairs_per_item = pairs, .workers = 1};
+}
+
+void CudaBackend::attention_run(int64_t items, const AttentionPlan&,
+                                const std::function<void(int64_t, int)>& body) {
+  for (int64_t item = 0; item < items; ++item) body(item, 0);
+}
 
 void CudaBackend::attention_tile_forward(const AttentionTile& tile, const TensorRef& s,
                                          const TensorRef& m, const TensorRef& l,
