@@ -15,20 +15,15 @@ if [ $# -ne 2 ]; then
   echo "usage: bench/compare.sh NAME UNIT   (e.g. mlp samples, transformer tokens)" >&2; exit 2
 fi
 name=$1 unit=$2
-build=${RINGGRAD_BUILD_DIR:-build}
-if [ ! -x "$build/bin/bench_$name" ]; then
-  echo "compare_$name: $build/bin/bench_$name is missing: build it first" \
-       "(cmake --build $build --target bench_$name), or set RINGGRAD_BUILD_DIR" >&2
-  exit 2
-fi
 source bench/torch_python.sh
+ringgrad_program "bench_$name"  # sets $ringgrad_bin
 find_torch_python  # sets $torch_python
 
 field() { sed -n "s/.*[ ]$1=\([0-9.]*\).*/\1/p"; }  # the number after " KEY=" on a line
 bigger() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? 1 : 0 }'; }
 ours_best=0 torch_best=0 torch_settings=""
 for t in 1 2; do
-  line=$("$build/bin/bench_$name" --threads "$t"); echo "$line"
+  line=$("$ringgrad_bin" --threads "$t"); echo "$line"
   ours=$(echo "$line" | field "${unit}_per_s")
   line=$("$torch_python" bench/torch_"$name".py --threads "$t" | grep '^RESULT'); echo "$line"
   torch=$(echo "$line" | field "${unit}_per_s")

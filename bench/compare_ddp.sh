@@ -22,13 +22,8 @@
 #            torch_speedup_2_all_cores=… torch=… blas=… onednn=… interop=… isa=…
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${RINGGRAD_BUILD_DIR:-build}
-if [ ! -x "$build/bin/bench_ddp" ]; then
-  echo "compare_ddp: $build/bin/bench_ddp is missing: build it first" \
-       "(cmake --build $build --target bench_ddp), or set RINGGRAD_BUILD_DIR" >&2
-  exit 2
-fi
 source bench/torch_python.sh
+ringgrad_program bench_ddp  # sets $ringgrad_bin
 find_torch_python  # sets $torch_python
 cores=$(nproc)
 field() { sed -n "s/.*[ ]$1=\([0-9.]*\).*/\1/p"; }  # the number after " KEY=" on a line
@@ -38,7 +33,7 @@ declare -A runs  # "ours 1 1" -> "samples/s samples/s …" (side, world, threads
 for _ in 1 2 3 4 5; do  # five rounds
   for setting in "1 1" "1 $cores" "2 1"; do
     read -r world threads <<<"$setting"
-    line=$(RINGGRAD_NUM_THREADS=$threads scripts/rgrun -n "$world" "$build/bin/bench_ddp" |
+    line=$(RINGGRAD_NUM_THREADS=$threads scripts/rgrun -n "$world" "$ringgrad_bin" |
            grep RESULT)
     echo "$line"
     runs["ours $setting"]+=" $(echo "$line" | field samples_per_s)"

@@ -17,19 +17,13 @@
 #            threads=… interop=… isa=…   (exact_match and settings: each side's best run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${RINGGRAD_BUILD_DIR:-build}
-ours_bin=$build/bin/transformer_reverse
-if [ ! -x "$ours_bin" ]; then
-  echo "compare_transformer_reverse: $ours_bin is missing: build it first" \
-       "(cmake --build $build --target transformer_reverse), or set RINGGRAD_BUILD_DIR" >&2
-  exit 2
-fi
 for arg in "$@"; do
   if [ "$arg" = --threads ]; then
     echo "compare_transformer_reverse: the script sets --threads itself (1, then 2)" >&2; exit 2
   fi
 done
 source bench/torch_python.sh
+ringgrad_program transformer_reverse  # sets $ringgrad_bin
 find_torch_python  # sets $torch_python
 
 field() { sed -n "s/.*[ ]$1=\([0-9.]*\).*/\1/p"; }  # the number after " KEY=" on a line
@@ -51,7 +45,7 @@ run_side() {
 
 ours_best=0 torch_best=0 ours_match="" torch_match="" torch_settings=""
 for t in 1 2; do
-  run_side ringgrad "$ours_bin" --threads "$t" "$@"
+  run_side ringgrad "$ringgrad_bin" --threads "$t" "$@"
   tps=$(echo "$line" | field tokens_per_s)
   if [ "$(bigger "$tps" "$ours_best")" = 1 ]; then
     ours_best=$tps ours_match=$(echo "$line" | field exact_match)

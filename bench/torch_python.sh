@@ -1,8 +1,10 @@
 # shellcheck shell=bash
-# bench/torch_python.sh — find the Python that has PyTorch 2.x, for the bench/compare*.sh
-# scripts. Not run by itself: each compare script sources it and calls
+# bench/torch_python.sh — find the two sides of a comparison for the bench/compare*.sh
+# scripts: the Python that has PyTorch 2.x, and the ringgrad program. Not run by itself:
+# each compare script sources it and calls
 #
 #   source "$(dirname "$0")/torch_python.sh"   # (from the repository root, cwd = its root)
+#   ringgrad_program bench_mlp                 # sets $ringgrad_bin, or stops the script
 #   find_torch_python                          # sets $torch_python, or stops the script
 #
 # ringgrad itself never uses PyTorch: this is only the yardstick the benchmarks compare
@@ -82,4 +84,16 @@ find_torch_python() {
     exit 2
   fi
   echo "torch_python: $torch_python (torch $torch_version)" >&2
+}
+
+# ringgrad's side: ringgrad_program NAME sets $ringgrad_bin to NAME in the build tree
+# ($RINGGRAD_BUILD_DIR, default build), or stops the script saying how to build it.
+ringgrad_program() {
+  local build=${RINGGRAD_BUILD_DIR:-build}
+  ringgrad_bin=$build/bin/$1
+  if [ ! -x "$ringgrad_bin" ]; then
+    echo "${0##*/}: $ringgrad_bin is missing: build it first" \
+         "(cmake --build $build --target $1), or set RINGGRAD_BUILD_DIR" >&2
+    exit 2
+  fi
 }
