@@ -182,6 +182,14 @@ inline rg::Tensor leaf_of(const std::vector<double>& v, const rg::Shape& shape) 
   return t;
 }
 
+// A float64 tensor whose i-th element (row-major) is f(i): the golden-value tests' inputs,
+// written the same way in their PyTorch scripts (seq(shape, lambda i: math.sin(0.37*i))).
+inline rg::Tensor seq(const rg::Shape& shape, const std::function<double(double)>& f) {
+  std::vector<double> v(size_t(rg::numel_of(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = f(double(i));
+  return f64(v, shape);
+}
+
 // c (m,n) = a (m,k) @ b (k,n), row-major, in double precision.
 inline std::vector<double> naive_matmul(const std::vector<double>& a, const std::vector<double>& b,
                                         int64_t m, int64_t k, int64_t n) {

@@ -87,15 +87,10 @@ using test::check_close;
 using test::error_of;
 using test::grad_ok;
 using test::leaf;
+using test::seq;
 using V = std::vector<rg::Tensor>;
 
 namespace {
-
-rg::Tensor seq(const rg::Shape& shape, const std::function<double(double)>& f) {
-  std::vector<double> v(size_t(rg::numel_of(shape)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = f(double(i));
-  return test::f64(v, shape);
-}
 
 void fill(rg::Tensor& p, const std::function<double(double)>& f) {
   rg::NoGradGuard no_grad;

@@ -15,6 +15,7 @@ using test::check_close;
 using test::error_of;
 using test::grad_ok;
 using test::leaf;
+using test::seq;
 using V = std::vector<rg::Tensor>;
 
 namespace {
@@ -35,12 +36,6 @@ void fill_like_golden(rg::nn::Module& m) {
     rg::Tensor t = test::f64(v, p.shape());
     p.copy_(t);
   }
-}
-
-rg::Tensor seq(const rg::Shape& shape, double (*f)(double)) {
-  std::vector<double> v(size_t(rg::numel_of(shape)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = f(double(i));
-  return test::f64(v, shape);
 }
 
 }  // namespace

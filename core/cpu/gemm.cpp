@@ -162,14 +162,14 @@ void gemm_split(const GemmArgs& g, int64_t i, int threads) {
 }  // namespace
 
 void CpuBackend::gemm(const GemmArgs& g) {
+  // We decide the threading (thread_pool.h); Eigen runs each block on one thread. Eigen's
+  // thread count is one process-wide number: the first GEMM sets it to 1 (once, so the
+  // pool's workers, which call GEMMs side by side in attention, find 1 and never write
+  // it). A call from outside a parallel region also sets 1 for its duration and puts back
+  // after whatever the program had set for its own Eigen code.
+  static const bool eigen_single = (Eigen::setNbThreads(1), true);
+  (void)eigen_single;
   dispatch_floating(g.dtype, "matmul", [&]<typename T>() {
-    // We decide the threading (thread_pool.h); Eigen runs each block on one thread.
-    // Eigen's thread count is one process-wide number: the first GEMM sets it to 1 (once,
-    // so the pool's workers, which call GEMMs side by side in attention, find 1 and never
-    // write it). A call from outside a parallel region also sets 1 for its duration and
-    // puts back after whatever the program had set for its own Eigen code.
-    static const bool eigen_single = (Eigen::setNbThreads(1), true);
-    (void)eigen_single;
     const bool top = !in_parallel_region();
     int threads = top ? get_num_threads() : 1;
     const int eigen_threads = top ? Eigen::nbThreads() : 0;
