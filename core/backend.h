@@ -79,6 +79,12 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
+  // Kernels a backend computes on bfloat16/float16 operands itself; all others get them
+  // staged through float32 (core/reduced_precision.cpp). Fill, copy, where, index_select
+  // and gather always take them as they are.
+  enum class Kernel { Elementwise, Gemm };
+  virtual bool native_reduced_precision(Kernel) const { return false; }
+
   // memory
   virtual void* allocate(size_t nbytes) = 0;
   virtual void deallocate(void* ptr, size_t nbytes) = 0;

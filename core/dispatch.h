@@ -15,9 +15,11 @@
 
 namespace ringgrad {
 
-// f.template operator()<T>() for T = the C++ type of dtype t.
+// f.template operator()<T>() for T = the C++ type of dtype t, every dtype: for the kernels
+// that only move elements (fill, copy, where, index_select, gather), which take the
+// 16-bit types as they are.
 template <typename F>
-void dispatch_all(DType t, F&& f) {
+void dispatch_storage(DType t, F&& f) {
 #define RG_DISPATCH_CASE(e, T, name, floating) \
   case DType::e:                               \
     f.template operator()<T>();                \
@@ -26,10 +28,26 @@ void dispatch_all(DType t, F&& f) {
 #undef RG_DISPATCH_CASE
 }
 
+// A 16-bit dtype where a kernel computes: core/reduced_precision.cpp stages such operands
+// through float32 before a backend's compute kernels see them, so this is ringgrad's bug.
+[[noreturn]] inline void reduced_precision_reached_kernel(const char* op, DType t) {
+  fail(op, "internal error: a ", t, " operand reached a float32 kernel without staging");
+}
+
+// The same for the dtypes kernels compute in: float32, float64, int64, bool.
+template <typename F>
+void dispatch_all(DType t, F&& f) {
+  if (is_reduced_precision(t)) reduced_precision_reached_kernel("dispatch", t);
+  dispatch_storage(t, [&]<typename T>() {
+    if constexpr (!is_reduced_float_v<T>) f.template operator()<T>();
+  });
+}
+
 // The same for float32/float64 only; other dtypes throw "[op] expected a floating dtype…".
 template <typename F>
 void dispatch_floating(DType t, const char* op, F&& f) {
-  RG_CHECK(is_floating(t), op, "expected a floating dtype (float32 or float64), got ", t);
+  RG_CHECK(is_floating(t), op, "expected a floating dtype (float32, float64, bfloat16 or float16), got ", t);
+  if (is_reduced_precision(t)) reduced_precision_reached_kernel(op, t);
   dispatch_all(t, [&]<typename T>() {
     if constexpr (std::is_floating_point_v<T>) f.template operator()<T>();
   });
@@ -38,7 +56,8 @@ void dispatch_floating(DType t, const char* op, F&& f) {
 // The same for float32/float64/int64; bool throws.
 template <typename F>
 void dispatch_numeric(DType t, const char* op, F&& f) {
-  RG_CHECK(t != DType::Bool, op, "expected a numeric dtype (float32, float64 or int64), got ", t);
+  RG_CHECK(t != DType::Bool, op, "expected a numeric dtype, got ", t);
+  if (is_reduced_precision(t)) reduced_precision_reached_kernel(op, t);
   dispatch_all(t, [&]<typename T>() {
     if constexpr (!std::is_same_v<T, bool>) f.template operator()<T>();
   });

@@ -18,10 +18,17 @@
 // float32 value.
 //
 // RG_HD functions: the CPU loops and the CUDA kernels share them (core/kernel_math.h).
+//
+// BFloat16 and Float16 at the end are the element types of the dtypes kBFloat16 and
+// kFloat16 (core/dtype.h): 16 bits of storage and nothing more. They convert to and
+// from float explicitly and have no arithmetic of their own, so a kernel cannot
+// accumulate in 16 bits by accident: it loads float(x), computes in float32 and
+// stores T(result), rounding once.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "ringgrad/core/kernel_math.h"
 
@@ -85,6 +92,50 @@ RG_HD float half_bits_to_float(uint16_t h) {
     return float_from_bits(sign | float_bits(v));
   }
   return float_from_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+// ---- the storage types ----
+
+struct BFloat16 {
+  uint16_t bits = 0;
+  BFloat16() = default;
+  RG_HD explicit BFloat16(float f) : bits(float_to_bfloat16_bits(f)) {}
+  RG_HD explicit operator float() const { return bfloat16_bits_to_float(bits); }
+  RG_HD static BFloat16 from_bits(uint16_t b) {
+    BFloat16 h;
+    h.bits = b;
+    return h;
+  }
+};
+
+struct Float16 {
+  uint16_t bits = 0;
+  Float16() = default;
+  RG_HD explicit Float16(float f) : bits(float_to_half_bits(f)) {}
+  RG_HD explicit operator float() const { return half_bits_to_float(bits); }
+  RG_HD static Float16 from_bits(uint16_t b) {
+    Float16 h;
+    h.bits = b;
+    return h;
+  }
+};
+
+template <typename T>
+inline constexpr bool is_reduced_float_v =
+    std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16>;
+
+// static_cast<To>(x) between any two element types, through float for a 16-bit type
+// (a double becomes float first, as in PyTorch; bool from a 16-bit value: x != 0).
+template <typename To, typename From>
+RG_HD To convert_element(From x) {
+  if constexpr (std::is_same_v<To, From>)
+    return x;
+  else if constexpr (is_reduced_float_v<From>)
+    return convert_element<To>(static_cast<float>(x));
+  else if constexpr (is_reduced_float_v<To>)
+    return To(static_cast<float>(x));
+  else
+    return static_cast<To>(x);
 }
 
 }  // namespace ringgrad

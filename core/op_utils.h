@@ -23,7 +23,7 @@ inline void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 inline void check_floating(const Tensor& t, const char* op) {
-  RG_CHECK(is_floating(t.dtype()), op, "expected a floating tensor (float32 or float64), got ",
+  RG_CHECK(is_floating(t.dtype()), op, "expected a floating tensor (float32, float64, bfloat16 or float16), got ",
            t.dtype());
 }
 

@@ -223,9 +223,25 @@ struct Problem {
 
 // The forward's work items: (pairs n0.., query block i). Each runs the whole row of
 // tiles of its query block, keeping its running (m, l, O) — the tile loop below.
+// bfloat16/float16 attention runs its tile loop on float32 copies: the running (m, l, O)
+// accumulate across key blocks and must not be rounded to 16 bits at every block. The
+// output comes back in q's dtype; lse stays float32 (as FlashAttention's does).
+static AttentionOptions in_float32(const AttentionOptions& options) {
+  AttentionOptions o = options;
+  if (o.mask.defined() && is_reduced_precision(o.mask.dtype())) o.mask = o.mask.to(kFloat32);
+  return o;
+}
+
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const AttentionOptions& options) {
   NoGradGuard no_grad;
+  if (is_reduced_precision(q.dtype())) {
+    detail::check_same_dtype(q, k, kOp);
+    detail::check_same_dtype(q, v, kOp);
+    AttentionOutput r =
+        attention_forward(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), in_float32(options));
+    return {r.out.to(q.dtype()), r.lse};
+  }
   Backend& be = backend(q.device(), kOp);
   Problem P(q, k, v, options, be);
   const Dims4& s = P.s;
@@ -281,6 +297,14 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& out, const Tensor& lse, const Tensor& dout,
                                   const AttentionOptions& options) {
   NoGradGuard no_grad;
+  if (is_reduced_precision(q.dtype())) {
+    detail::check_same_dtype(q, k, kOp);
+    detail::check_same_dtype(q, v, kOp);
+    auto f = [](const Tensor& t) { return t.to(kFloat32); };
+    AttentionGrads g = attention_backward(f(q), f(k), f(v), f(out), f(lse), f(dout),
+                                          in_float32(options));
+    return {g.dq.to(q.dtype()), g.dk.to(k.dtype()), g.dv.to(v.dtype())};
+  }
   Backend& be = backend(q.device(), kOp);
   Problem P(q, k, v, options, be);
   const Dims4& s = P.s;

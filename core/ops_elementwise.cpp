@@ -42,6 +42,17 @@ Tensor binary_forward(BinaryOp op, const char* name, const Tensor& a, const Tens
   return out;
 }
 
+// PyTorch's type promotion between floating dtypes (bfloat16 · float32 → float32): both
+// operands go to the wider one through .to(), which is differentiable, so each gradient
+// comes back in its own input's dtype. Other mixes stay an error (check_same_dtype).
+static bool promotes(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.dtype() != b.dtype() && is_floating(a.dtype()) &&
+         is_floating(b.dtype());
+}
+static Tensor promoted(const Tensor& x, const Tensor& other) {
+  return x.to(promote_floating(x.dtype(), other.dtype()));
+}
+
 Tensor arith(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   RG_CHECK(a.dtype() != kBool, name, "expected a numeric tensor, got bool (convert with .to())");
   return binary_forward(op, name, a, b, a.dtype());
@@ -57,6 +68,7 @@ Tensor fused_backward(BinaryOp op, const Tensor& g, const Tensor& saved) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return add(promoted(a, b), promoted(b, a));
   Tensor out = arith(BinaryOp::Add, "add", a, b);
   if (autograd::needs_grad({&a, &b}))
     autograd::record("add", out, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
@@ -66,6 +78,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return sub(promoted(a, b), promoted(b, a));
   Tensor out = arith(BinaryOp::Sub, "sub", a, b);
   if (autograd::needs_grad({&a, &b}))
     autograd::record("sub", out, {&a, &b}, [sa = a.shape(), sb = b.shape()](const Tensor& g) {
@@ -75,6 +88,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return mul(promoted(a, b), promoted(b, a));
   Tensor out = arith(BinaryOp::Mul, "mul", a, b);
   if (autograd::needs_grad({&a, &b}))
     autograd::record(
@@ -87,6 +101,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return div(promoted(a, b), promoted(b, a));
   RG_CHECK(is_floating(a.dtype()), "div", "expected floating tensors, got ", a.dtype());
   Tensor out = arith(BinaryOp::Div, "div", a, b);
   if (autograd::needs_grad({&a, &b}))
@@ -100,6 +115,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return pow(promoted(a, b), promoted(b, a));
   RG_CHECK(is_floating(a.dtype()), "pow", "expected floating tensors, got ", a.dtype());
   Tensor out = arith(BinaryOp::Pow, "pow", a, b);
   if (autograd::needs_grad({&a, &b}))
@@ -129,6 +145,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 
 // max/min: the gradient goes to the larger (smaller) input; ties split it evenly, like PyTorch.
 static Tensor extremum(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return extremum(op, name, promoted(a, b), promoted(b, a));
   Tensor out = arith(op, name, a, b);
   bool is_max = op == BinaryOp::Maximum;
   if (autograd::needs_grad({&a, &b}))
@@ -150,21 +167,27 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return eq(promoted(a, b), promoted(b, a));
   return binary_forward(BinaryOp::Eq, "eq", a, b, kBool);
 }
 Tensor ne(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return ne(promoted(a, b), promoted(b, a));
   return binary_forward(BinaryOp::Ne, "ne", a, b, kBool);
 }
 Tensor lt(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return lt(promoted(a, b), promoted(b, a));
   return binary_forward(BinaryOp::Lt, "lt", a, b, kBool);
 }
 Tensor le(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return le(promoted(a, b), promoted(b, a));
   return binary_forward(BinaryOp::Le, "le", a, b, kBool);
 }
 Tensor gt(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return gt(promoted(a, b), promoted(b, a));
   return binary_forward(BinaryOp::Gt, "gt", a, b, kBool);
 }
 Tensor ge(const Tensor& a, const Tensor& b) {
+  if (promotes(a, b)) return ge(promoted(a, b), promoted(b, a));
   return binary_forward(BinaryOp::Ge, "ge", a, b, kBool);
 }
 
@@ -317,6 +340,7 @@ Tensor pow(const Tensor& x, double exponent) {
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const char* op = "where";
+  if (promotes(a, b)) return where(cond, promoted(a, b), promoted(b, a));
   detail::check_dtype(cond, kBool, op, "a condition");
   detail::check_same_device(cond, a, op);
   detail::check_same_device(a, b, op);

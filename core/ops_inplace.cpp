@@ -22,6 +22,13 @@ void check_operand(const Tensor& self, const Tensor& other, const char* op) {
   detail::check_broadcasts_to(other, self.shape(), op, "an operand");
 }
 
+// Two floating dtypes that differ (bfloat16 += float32): as in PyTorch, the update is
+// computed in the promoted dtype and rounded into self once.
+bool mixed_floating(const Tensor& self, const Tensor& other) {
+  return other.defined() && self.dtype() != other.dtype() && is_floating(self.dtype()) &&
+         is_floating(other.dtype());
+}
+
 }  // namespace
 
 Tensor& Tensor::zero_() { return fill_(0.0); }
@@ -42,6 +49,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace(*this, "add_");
+  if (mixed_floating(*this, other)) return copy_(alpha == 1.0 ? *this + other : *this + other * alpha);
   check_operand(*this, other, "add_");
   Backend& be = backend(device(), "add_");
   Tensor addend = other;
@@ -64,6 +72,7 @@ Tensor& Tensor::mul_(double factor) {
 
 Tensor& Tensor::mul_(const Tensor& other) {
   check_inplace(*this, "mul_");
+  if (mixed_floating(*this, other)) return copy_(*this * other);
   check_operand(*this, other, "mul_");
   backend(device(), "mul_").binary(BinaryOp::Mul, ref(*this), ref(other, shape()), ref(*this));
   return *this;

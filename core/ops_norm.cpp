@@ -31,7 +31,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   Tensor y = empty(x.shape(), detail::options_of(x));
-  Tensor mean = empty({n}, detail::options_of(x)), rstd = empty({n}, detail::options_of(x));
+  // Statistics in float32 for 16-bit x (its compute dtype), as PyTorch keeps them.
+  const TensorOptions stats{.dtype = compute_dtype(x.dtype()), .device = x.device()};
+  Tensor mean = empty({n}, stats), rstd = empty({n}, stats);
   auto ref_or_none = [](const Tensor& t) { return t.defined() ? ref(t) : TensorRef{}; };
   if (n > 0)
     backend(x.device(), op)

@@ -43,10 +43,6 @@ std::string shape_str(const Shape& shape) {
 
 // ---------------------------------------------------------------- backend dispatch
 
-Backend& backend(Device device, const char* op) {
-  return device.is_cpu() ? cpu::backend() : cuda::backend(op);
-}
-
 static TensorRef make_ref(const Tensor& t, const Shape& shape, const Shape& strides) {
   RG_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "tensor", "expected at most ", kMaxDims,
            " dims, got ", shape.size(), " (shape ", shape_str(shape), ")");

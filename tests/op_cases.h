@@ -46,6 +46,9 @@ struct Env {
   rg::DType dtype = rg::kFloat64;
   rg::Device device = rg::kCPU;
   rg::Generator gen{0};  // draws the random inputs (seeded per case by the harness)
+  // Float inputs are rounded through this dtype first (float64: no rounding): the reduced-
+  // precision harness runs float32 on exactly the values a bfloat16 run sees.
+  rg::DType round_through = rg::kFloat64;
 
   // For factories inside a call (arange, full, randn): the Env's dtype and device.
   rg::TensorOptions options() const { return {.dtype = dtype, .device = device}; }
@@ -110,7 +113,9 @@ struct Env {
   std::vector<double> draw(const rg::Shape& shape, double lo, double hi) {
     return rg::uniform(shape, lo, hi, {.dtype = rg::kFloat64}, &gen).tolist<double>();
   }
-  rg::Tensor place(const rg::Tensor& cpu64) const { return cpu64.to(dtype).to(device); }
+  rg::Tensor place(const rg::Tensor& cpu64) const {
+    return cpu64.to(round_through).to(dtype).to(device);
+  }
 };
 
 struct Flags {

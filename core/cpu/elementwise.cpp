@@ -48,8 +48,8 @@ static void map2(const TensorRef& a, const TensorRef& b, const TensorRef& out, F
 }
 
 void CpuBackend::fill(const TensorRef& out, double value) {
-  dispatch_all(out.dtype, [&]<typename T>() {
-    const T v = static_cast<T>(value);
+  dispatch_storage(out.dtype, [&]<typename T>() {
+    const T v = convert_element<T>(value);
     for_each_row<1>({&out}, [&](auto& p, int64_t n, auto& s) {
       T* o = reinterpret_cast<T*>(p[0]);
       for (int64_t i = 0; i < n; ++i) o[i * s[0]] = v;
@@ -58,9 +58,9 @@ void CpuBackend::fill(const TensorRef& out, double value) {
 }
 
 void CpuBackend::copy(const TensorRef& src, const TensorRef& dst) {
-  dispatch_all(src.dtype, [&]<typename S>() {
-    dispatch_all(dst.dtype, [&]<typename D>() {
-      map1<S, D>(src, dst, [](S x) { return static_cast<D>(x); });
+  dispatch_storage(src.dtype, [&]<typename S>() {
+    dispatch_storage(dst.dtype, [&]<typename D>() {
+      map1<S, D>(src, dst, [](S x) { return convert_element<D>(x); });
     });
   });
 }
@@ -88,7 +88,7 @@ void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, con
 
 void CpuBackend::where(const TensorRef& cond, const TensorRef& a, const TensorRef& b,
                        const TensorRef& out) {
-  dispatch_all(out.dtype, [&]<typename T>() {
+  dispatch_storage(out.dtype, [&]<typename T>() {
     for_each_row<4>({&out, &cond, &a, &b}, [&](auto& p, int64_t n, auto& s) {
       T* o = reinterpret_cast<T*>(p[0]);
       const bool* c = reinterpret_cast<const bool*>(p[1]);

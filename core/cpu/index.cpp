@@ -22,7 +22,7 @@ void CpuBackend::index_select(const TensorRef& in, const TensorRef& index, const
                               int64_t outer, int64_t d, int64_t n, int64_t inner) {
   const int64_t* idx = static_cast<const int64_t*>(index.data);
   for (int64_t i = 0; i < n; ++i) checked(idx[i], d, "index_select");
-  dispatch_all(in.dtype, [&]<typename T>() {
+  dispatch_storage(in.dtype, [&]<typename T>() {
     const T* x = static_cast<const T*>(in.data);
     T* y = static_cast<T*>(out.data);
     parallel_for(outer * n, outer * n * inner, [&](int64_t b, int64_t e) {
@@ -58,7 +58,7 @@ void CpuBackend::gather(const TensorRef& in, const TensorRef& index, const Tenso
   const int64_t* idx = static_cast<const int64_t*>(index.data);
   int64_t total = outer * n * inner;
   for (int64_t t = 0; t < total; ++t) checked(idx[t], d, "gather");
-  dispatch_all(in.dtype, [&]<typename T>() {
+  dispatch_storage(in.dtype, [&]<typename T>() {
     const T* x = static_cast<const T*>(in.data);
     T* y = static_cast<T*>(out.data);
     parallel_for(total, total, [&](int64_t b, int64_t e) {

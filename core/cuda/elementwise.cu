@@ -16,7 +16,7 @@ __global__ void fill_kernel(StridedView out, int64_t n, T value) {
 
 template <typename S, typename D>
 __global__ void copy_kernel(StridedView src, StridedView dst, int64_t n) {
-  RG_GRID_LOOP(i, n) dst.at<D>(i) = static_cast<D>(src.at<S>(i));
+  RG_GRID_LOOP(i, n) dst.at<D>(i) = convert_element<D>(src.at<S>(i));
 }
 
 template <UnaryOp Op, typename T>
@@ -64,9 +64,9 @@ __global__ void randint_kernel(int64_t* out, int64_t n, uint64_t seed, uint64_t 
 void CudaBackend::fill(const TensorRef& out, double value) {
   int64_t n = out.numel();
   if (n == 0) return;
-  dispatch_all(out.dtype, [&]<typename T>() {
+  dispatch_storage(out.dtype, [&]<typename T>() {
     fill_kernel<T>
-        <<<blocks_for(n), kBlock, 0, compute_stream()>>>(view(out), n, static_cast<T>(value));
+        <<<blocks_for(n), kBlock, 0, compute_stream()>>>(view(out), n, convert_element<T>(value));
   });
   RG_CUDA_CHECK_LAUNCH();
 }
@@ -74,8 +74,8 @@ void CudaBackend::fill(const TensorRef& out, double value) {
 void CudaBackend::copy(const TensorRef& src, const TensorRef& dst) {
   int64_t n = dst.numel();
   if (n == 0) return;
-  dispatch_all(src.dtype, [&]<typename S>() {
-    dispatch_all(dst.dtype, [&]<typename D>() {
+  dispatch_storage(src.dtype, [&]<typename S>() {
+    dispatch_storage(dst.dtype, [&]<typename D>() {
       copy_kernel<S, D><<<blocks_for(n), kBlock, 0, compute_stream()>>>(view(src), view(dst), n);
     });
   });
@@ -115,7 +115,7 @@ void CudaBackend::where(const TensorRef& cond, const TensorRef& a, const TensorR
                         const TensorRef& out) {
   int64_t n = out.numel();
   if (n == 0) return;
-  dispatch_all(out.dtype, [&]<typename T>() {
+  dispatch_storage(out.dtype, [&]<typename T>() {
     where_kernel<T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(view(cond), view(a), view(b),
                                                                     view(out), n);
   });

@@ -81,7 +81,7 @@ void CudaBackend::index_select(const TensorRef& in, const TensorRef& index, cons
   DeviceError* err = device_error_slot();  // before the launch: its first call allocates
   int64_t total = outer * n * inner;
   if (total == 0) return;
-  dispatch_all(in.dtype, [&]<typename T>() {
+  dispatch_storage(in.dtype, [&]<typename T>() {
     index_select_kernel<T><<<blocks_for(total), kBlock, 0, compute_stream()>>>(
         static_cast<const T*>(in.data), static_cast<const int64_t*>(index.data),
         static_cast<T*>(out.data), outer, d, n, inner, err);
@@ -106,7 +106,7 @@ void CudaBackend::gather(const TensorRef& in, const TensorRef& index, const Tens
   DeviceError* err = device_error_slot();  // before the launch: its first call allocates
   int64_t total = outer * n * inner;
   if (total == 0) return;
-  dispatch_all(in.dtype, [&]<typename T>() {
+  dispatch_storage(in.dtype, [&]<typename T>() {
     gather_kernel<T><<<blocks_for(total), kBlock, 0, compute_stream()>>>(
         static_cast<const T*>(in.data), static_cast<const int64_t*>(index.data),
         static_cast<T*>(out.data), outer, d, n, inner, err);
