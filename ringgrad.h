@@ -7,6 +7,7 @@
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/autograd/gradcheck.h"
 #include "ringgrad/core/attention.h"
+#include "ringgrad/core/autocast.h"
 #include "ringgrad/core/device.h"
 #include "ringgrad/core/dtype.h"
 #include "ringgrad/core/error.h"

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ringgrad/core/autocast.h"
 #include "ringgrad/core/attention.h"
 #include "ringgrad/core/op_utils.h"
 
@@ -457,6 +458,12 @@ Tensor attention_any_batch(const Tensor& q, const Tensor& k, const Tensor& v,
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options) {
   for (const Tensor* t : {&q, &k, &v}) detail::check_defined(*t, kOp);
+  if (auto dt = detail::autocast_lower({&q, &k, &v})) {  // under rg::autocast: in its dtype
+    AttentionOptions o = options;
+    if (o.mask.defined() && o.mask.dtype() != kBool) o.mask = detail::autocast_cast(o.mask, *dt);
+    return scaled_dot_product_attention(detail::autocast_cast(q, *dt), detail::autocast_cast(k, *dt),
+                                        detail::autocast_cast(v, *dt), o);
+  }
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.size(0) != q.size(0) ||
       v.size(0) != q.size(0))
     return attention_any_batch(q, k, v, options);

@@ -4,6 +4,7 @@
 // operand is read in its own layout (row-major, or column-major for a
 // transposed view) and broadcast batch dims get batch stride 0. Only an operand
 // whose layout no GEMM can read (e.g. a slice with steps in both dims) is copied.
+#include "ringgrad/core/autocast.h"
 #include "ringgrad/core/op_utils.h"
 
 namespace ringgrad {
@@ -126,6 +127,8 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const char* op = "matmul";
+  if (auto dt = detail::autocast_lower({&a, &b}))  // under rg::autocast: in its dtype
+    return matmul(detail::autocast_cast(a, *dt), detail::autocast_cast(b, *dt));
   detail::check_defined(a, op);
   detail::check_defined(b, op);
   detail::check_same_device(a, b, op);

@@ -3,6 +3,7 @@
 // Forward writes y and, per sample, the mean and 1/√(var + eps) that backward
 // reuses; backward is one more pass per sample for dx plus column sums for the
 // weight and bias gradients (backend.h: layer_norm, layer_norm_backward).
+#include "ringgrad/core/autocast.h"
 #include "ringgrad/core/op_utils.h"
 
 namespace ringgrad {
@@ -12,6 +13,10 @@ using autograd::Grads;
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   const char* op = "layer_norm";
+  if (detail::autocast_widen({&x, &weight, &bias}))  // under rg::autocast: in float32
+    return layer_norm(detail::autocast_cast(x, kFloat32), normalized_shape,
+                      detail::autocast_cast(weight, kFloat32), detail::autocast_cast(bias, kFloat32),
+                      eps);
   detail::check_defined(x, op);
   detail::check_floating(x, op);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ringgrad/core/autocast.h"
 #include "ringgrad/core/op_utils.h"
 
 namespace ringgrad {
@@ -136,6 +137,7 @@ Tensor amin(const Tensor& x, const Dims& dims, bool keepdim) {
 }
 
 Tensor logsumexp(const Tensor& x, const Dims& dims, bool keepdim) {
+  if (detail::autocast_widen({&x})) return logsumexp(x.to(kFloat32), dims, keepdim);
   detail::check_floating(x, "logsumexp");
   Reduction p = plan_reduction(x, dims, keepdim, "logsumexp");
   Tensor out = run_reduction(ReduceOp::LogSumExp, p, x.dtype(), "logsumexp");
@@ -198,6 +200,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 // ---------------------------------------------------------------- softmax
 
 static Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* name) {
+  if (detail::autocast_widen({&x}))  // under rg::autocast: in float32
+    return softmax_impl(x.to(kFloat32), dim, log, name);
   detail::check_defined(x, name);
   detail::check_floating(x, name);
   int64_t d = normalize_dim(dim, x.dim(), name);

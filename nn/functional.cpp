@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ringgrad/autograd/function.h"
+#include "ringgrad/core/autocast.h"
 
 namespace ringgrad::nn {
 
@@ -14,6 +15,9 @@ namespace ringgrad::nn {
 // weight gradient comes out of one GEMM already in weight's (out, in) layout,
 // instead of as a transposed view that would have to be copied.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (auto dt = detail::autocast_lower({&x, &weight, &bias}))  // under rg::autocast
+    return linear(detail::autocast_cast(x, *dt), detail::autocast_cast(weight, *dt),
+                  detail::autocast_cast(bias, *dt));
   RG_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear",
            "expected x (…, in) and weight (out, in), got ", shape_str(x.shape()), " and ",
            shape_str(weight.shape()));
@@ -69,6 +73,8 @@ static Tensor reduce(const Tensor& per_sample, Reduction reduction, const Tensor
 // targets, no weight) does not cover the form, so every backend runs every form.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
   const char* op = "cross_entropy";
+  if (detail::autocast_widen({&logits}))  // under rg::autocast: in float32
+    return cross_entropy(logits.to(kFloat32), target, options);
   RG_CHECK(logits.defined() && target.defined(), op, "expected defined logits and target, got ",
            logits.defined() ? "a defined" : "an undefined", " logits and ",
            target.defined() ? "a defined" : "an undefined", " target");
@@ -143,6 +149,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (detail::autocast_widen({&input, &target}))  // under rg::autocast: in float32
+    return mse_loss(detail::autocast_cast(input, kFloat32), detail::autocast_cast(target, kFloat32),
+                    reduction);
   RG_CHECK(input.shape() == target.shape(), "mse_loss",
            "expected input and target of one shape, got ", shape_str(input.shape()), " and ",
            shape_str(target.shape()));

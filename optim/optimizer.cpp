@@ -73,6 +73,33 @@ std::optional<StateKey> parse_state_key(const std::string& key) {
   return k;
 }
 
+Tensor& Optimizer::weights(size_t g, size_t i) {
+  Tensor& p = groups_[g].params[i];
+  if (!is_reduced_precision(p.dtype())) return p;
+  auto& st = state(g, i);
+  auto it = st.find("master");
+  if (it == st.end()) it = st.emplace("master", p.detach().to(kFloat32)).first;
+  return it->second;
+}
+
+Tensor Optimizer::gradient(size_t g, size_t i) const {
+  const Tensor& p = groups_[g].params[i];
+  return p.grad().to(compute_dtype(p.dtype()));
+}
+
+void Optimizer::publish(size_t g, size_t i) {
+  Tensor& p = groups_[g].params[i];
+  if (is_reduced_precision(p.dtype())) p.copy_(state(g, i).at("master"));
+}
+
+std::map<std::string, Tensor> Optimizer::initial_state_with_master(const Tensor& p) const {
+  if (!is_reduced_precision(p.dtype())) return initial_state(p);
+  Tensor master = p.detach().to(kFloat32);
+  std::map<std::string, Tensor> st = initial_state(master);
+  st.emplace("master", master);
+  return st;
+}
+
 NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata) const {
   // Once a step has been taken, every parameter's state is written — a parameter that
   // has had no gradient yet with its initial state, where the optimizer has one — so
@@ -82,7 +109,7 @@ NamedTensors Optimizer::state_dict(std::map<std::string, std::string>* metadata)
     for (size_t g = 0; g < groups_.size(); ++g)
       for (size_t i = 0; i < groups_[g].params.size(); ++i)
         if (!all.count({g, i})) {
-          std::map<std::string, Tensor> initial = initial_state(groups_[g].params[i]);
+          std::map<std::string, Tensor> initial = initial_state_with_master(groups_[g].params[i]);
           if (!initial.empty()) all[{g, i}] = std::move(initial);
         }
   NamedTensors out;
@@ -190,11 +217,12 @@ void Optimizer::load_state_dict(const NamedTensors& state,
     const Tensor& p = groups[g].params[i];
     const std::string& buffer = parsed->name;
     RG_CHECK(t.defined(), "load_state_dict", "expected a tensor for ", key, ", got an undefined one");
+    const bool master = is_reduced_precision(p.dtype()) && buffer == "master";
     auto spec = std::find_if(buffers.begin(), buffers.end(),
                              [&](const StateBuffer& b) { return b.name == buffer; });
-    RG_CHECK(spec != buffers.end(), "load_state_dict", "expected ", name(),
-             " state buffers (", buffers.empty() ? std::string("none") : joined(names), "), got ",
-             key);
+    RG_CHECK(master || spec != buffers.end(), "load_state_dict", "expected ", name(),
+             " state buffers (", buffers.empty() ? std::string("none") : joined(names),
+             is_reduced_precision(p.dtype()) ? ", master" : "", "), got ", key);
     if (buffer == "step") {  // a per-parameter counter: a float64 scalar kept on the CPU
       RG_CHECK(t.numel() == 1 && t.dtype() == kFloat64, "load_state_dict", "expected ", key,
                " to be a float64 scalar, got ", t.dtype(), " of shape ", shape_str(t.shape()));
@@ -206,12 +234,16 @@ void Optimizer::load_state_dict(const NamedTensors& state,
       continue;
     }
     // A buffer is its parameter's twin: the same shape and dtype (a converted one would
-    // have been rounded, or was never this parameter's).
+    // have been rounded, or was never this parameter's) — float32 for a 16-bit parameter,
+    // whose state and master copy are float32.
     RG_CHECK(t.shape() == p.shape(), "load_state_dict", "expected ", key, " of shape ",
              shape_str(p.shape()), ", got ", shape_str(t.shape()));
-    RG_CHECK(t.dtype() == p.dtype(), "load_state_dict", "expected ", key, " as ", p.dtype(),
-             " (its parameter's dtype), got ", t.dtype());
-    check_state_values(key, t, spec->non_negative);
+    const DType want = compute_dtype(p.dtype());
+    RG_CHECK(t.dtype() == want, "load_state_dict", "expected ", key, " as ", want,
+             is_reduced_precision(p.dtype()) ? " (the float32 state of a 16-bit parameter)"
+                                             : " (its parameter's dtype)",
+             ", got ", t.dtype());
+    check_state_values(key, t, !master && spec->non_negative);
     loaded[{g, i}][buffer] = t.to(p.device()).contiguous().clone();
   }
   // Each parameter's state is whole: every buffer or (not stepped yet) none.
@@ -220,14 +252,22 @@ void Optimizer::load_state_dict(const NamedTensors& state,
       const std::string key = "state." + std::to_string(g) + "." + std::to_string(i);
       auto found = loaded.find({g, i});
       if (found == loaded.end()) {
-        RG_CHECK((steps == 0 && loaded.empty()) || initial_state(groups[g].params[i]).empty(),
+        RG_CHECK((steps == 0 && loaded.empty()) ||
+                     initial_state_with_master(groups[g].params[i]).empty(),
                  "load_state_dict", "expected state for every parameter (", joined(names),
                  ") in a checkpoint of ", steps, " steps",
                  loaded.empty() ? "" : " with other parameters' state", ", got none for ", key,
                  " (a damaged file, or one from another model)");
         continue;
       }
-      for (const std::string& n : names)
+      // A 16-bit parameter's state adds its float32 master; with no optimizer buffers yet
+      // (SGD before any momentum) the master is its whole state.
+      std::vector<std::string> wanted = names;
+      if (is_reduced_precision(groups[g].params[i].dtype())) {
+        wanted.push_back("master");
+        if (found->second.size() == 1 && found->second.count("master")) wanted = {"master"};
+      }
+      for (const std::string& n : wanted)
         RG_CHECK(found->second.count(n), "load_state_dict", "expected ", key, ".", n, " beside ",
                  key, ".", found->second.begin()->first, ", got a checkpoint without it");
     }
@@ -263,9 +303,9 @@ void SGD::step() {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     ParamGroup& group = groups_[gi];
     for (size_t i = 0; i < group.params.size(); ++i) {
-      Tensor& p = group.params[i];
-      if (!p.grad().defined()) continue;
-      Tensor g = p.grad();
+      if (!group.params[i].grad().defined()) continue;
+      Tensor& p = weights(gi, i);  // the parameter, or its float32 master copy
+      Tensor g = gradient(gi, i);
       if (group.weight_decay != 0) g = g + p.detach() * group.weight_decay;
       if (group.momentum != 0) {
         auto& st = state(gi, i);
@@ -279,6 +319,7 @@ void SGD::step() {
         g = options_.nesterov ? g + it->second * group.momentum : it->second;
       }
       p.add_(g, -group.lr);
+      publish(gi, i);
     }
   }
 }
@@ -348,19 +389,20 @@ void Adam::step() {
                .step = 1,
                .decoupled = decoupled_};
     for (size_t i = 0; i < group.params.size(); ++i) {
-      Tensor& p = group.params[i];
-      if (!p.grad().defined()) continue;
+      if (!group.params[i].grad().defined()) continue;
       auto& st = state(gi, i);
-      if (st.empty()) st = initial_state(p);
+      if (st.empty()) st = initial_state_with_master(group.params[i]);
+      Tensor& p = weights(gi, i);  // the parameter, or its float32 master copy
       // Each parameter counts its own steps (it may have skipped some without a gradient).
       Tensor& count = st["step"];
       h.step = static_cast<int64_t>(count.item()) + 1;
       count.fill_(static_cast<double>(h.step));
-      const Tensor g = options_.maximize ? -p.grad() : p.grad();
+      const Tensor g = options_.maximize ? -gradient(gi, i) : gradient(gi, i);
       if (options_.amsgrad)
         amsgrad_step_(p, g, st, h);
       else
         adam_step_(p, g, st["exp_avg"], st["exp_avg_sq"], h);
+      publish(gi, i);
     }
   }
 }

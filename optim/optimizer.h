@@ -84,6 +84,19 @@ class Optimizer {
   // writes it for each parameter without state once a step has been taken.
   virtual std::map<std::string, Tensor> initial_state(const Tensor&) const { return {}; }
 
+  // Master weights. A bfloat16 or float16 parameter is updated through a float32 copy
+  // kept in its state as "master" (its moments are float32 too): an update smaller than
+  // the parameter's last bit still accumulates there, and the parameter gets the copy
+  // rounded once per step. float32/float64 parameters are updated in place.
+  //   Tensor& w = weights(g, i);          // the parameter, or its float32 master
+  //   Tensor grad = gradient(g, i);       // p.grad() in w's dtype
+  //   ... update w ...;  publish(g, i);   // p = w rounded (nothing to do for float32)
+  Tensor& weights(size_t group, size_t index);
+  Tensor gradient(size_t group, size_t index) const;
+  void publish(size_t group, size_t index);
+  // initial_state for p (in its master's dtype) plus the master itself for a 16-bit p.
+  std::map<std::string, Tensor> initial_state_with_master(const Tensor& p) const;
+
   std::vector<ParamGroup> groups_;
   std::map<std::pair<size_t, size_t>, std::map<std::string, Tensor>> state_;
   int64_t steps_ = 0;
