@@ -8,14 +8,22 @@
 // tracing — are small named helpers at the end, so the path above reads as the
 // algorithm. (examples/ddp_from_scratch.cpp is the same idea without buckets or overlap.)
 //
+// 16-bit communication: a bucket holds one dtype, its gradients' (so a bfloat16 model
+// sends bfloat16). With a compression hook (DDPOptions::comm_hook, PyTorch's
+// bf16_compress_hook) a float32 bucket has a 16-bit twin, `wire`: at launch the bucket
+// is rounded into it, the all-reduce moves it, and when it is done it is copied back
+// into the float32 bucket (exactly: every 16-bit value is a float32 value).
+//
 // Traces (core/trace.h): each bucket's launch is an instant on the compute track
-// ("bucket 0 launch, 412 KB"; its all-reduce is then a slice on the comm track), and the
+// ("bucket 0 launch, 412 KB float32", or "bucket 0 launch, 206 KB bfloat16 (float32
+// gradients, bf16_compress_hook)"; its all-reduce is then a slice on the comm track), and the
 // end of backward is a "DDP finish" slice whose "wait for all-reduces" child is the
 // communication that backward did not hide.
 #include "ringgrad/parallel/ddp.h"
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/autograd/node.h"
@@ -29,12 +37,14 @@ struct Bucket {
   std::vector<size_t> params;    // indices into State::params, in fill order
   std::vector<int64_t> offsets;  // where each parameter's gradient starts in `flat`
   Tensor flat;                   // all the bucket's gradients, one after another
+  Tensor wire;                   // what the all-reduce moves: flat, or its 16-bit twin (a hook)
   size_t pending = 0;            // gradients still missing in this backward
   WorkHandle work;               // the all-reduce in flight, if launched
 };
 
 struct DistributedDataParallel::State {
   Communicator* comm = nullptr;
+  DDPCommHook hook = DDPCommHook::None;
   bool find_unused = false;
   bool grad_as_view = true;
   bool single = false;  // a world of one: gradients are already the global ones
@@ -49,6 +59,7 @@ struct DistributedDataParallel::State {
   std::vector<bool> ready;    // parameter's gradient is in its bucket
   size_t next_to_launch = 0;  // buckets start strictly in order
   double wait_seconds = 0;    // time backward spent waiting for all-reduces, in total
+  int64_t allreduce_bytes = 0;  // bytes handed to all-reduce, in total
 
   // The slice of a bucket's flat buffer that holds parameter p's gradient.
   Tensor slot(size_t p) {
@@ -77,10 +88,14 @@ struct DistributedDataParallel::State {
   void launch_ready_buckets() {
     while (next_to_launch < buckets.size() && buckets[next_to_launch].pending == 0) {
       size_t index = next_to_launch++;
+      Bucket& b = buckets[index];
       trace_launch(index);
+      // A compression hook: the bucket rounded to 16 bits is what travels.
+      if (compressed(b)) b.wire.copy_(b.flat);
       // A sum of gradients already divided by the world size: the average,
       // without a separate division pass over the bucket (PyTorch does the same).
-      buckets[index].work = comm->all_reduce_async(buckets[index].flat, Reduce::Sum);
+      b.work = comm->all_reduce_async(b.wire, Reduce::Sum);
+      allreduce_bytes += static_cast<int64_t>(b.wire.nbytes());
     }
   }
 
@@ -143,19 +158,33 @@ struct DistributedDataParallel::State {
     auto start = std::chrono::steady_clock::now();
     {
       trace::Span wait("wait for all-reduces", "ddp");
-      for (Bucket& b : buckets) b.work->wait();
+      for (Bucket& b : buckets) {
+        b.work->wait();
+        if (compressed(b)) b.flat.copy_(b.wire);  // the 16-bit average, back in float32
+      }
     }
     wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
+  // A bucket whose all-reduce moves a 16-bit twin of it (a compression hook).
+  static bool compressed(const Bucket& b) { return b.wire.raw_data() != b.flat.raw_data(); }
+
+  // "bucket 2 launch, 206 KB bfloat16 (float32 gradients, bf16_compress_hook)": the
+  // size and dtype on the wire, and where they differ from the gradients', why.
   void trace_launch(size_t index) const {
     if (!trace::enabled()) return;
     const Bucket& b = buckets[index];
-    trace::instant("bucket " + std::to_string(index) + " launch, " +
-                       trace::format_bytes(static_cast<double>(b.flat.nbytes())),
-                   "ddp",
+    const double bytes = static_cast<double>(b.wire.nbytes());
+    std::string name = "bucket " + std::to_string(index) + " launch, " +
+                       trace::format_bytes(bytes) + " " + dtype_name(b.wire.dtype());
+    if (compressed(b))
+      name += std::string(" (") + dtype_name(b.flat.dtype()) + " gradients, " +
+              comm_hook_name(hook) + ")";
+    trace::instant(std::move(name), "ddp",
                    {trace::arg("bucket", static_cast<double>(index)),
-                    trace::arg("bytes", static_cast<double>(b.flat.nbytes())),
+                    trace::arg("bytes", bytes),
+                    trace::arg("dtype", std::string(dtype_name(b.wire.dtype()))),
+                    trace::arg("gradient_dtype", std::string(dtype_name(b.flat.dtype()))),
                     trace::arg("parameters", static_cast<double>(b.params.size()))});
   }
 };
@@ -171,9 +200,16 @@ void broadcast_from_rank0(nn::Module& module, Communicator& comm) {
   broadcast_tensors(comm, state, 0);
 }
 
+// The dtype a bucket of `dtype` gradients travels in: 16 bits under a compression hook.
+DType wire_dtype(DType dtype, DDPCommHook hook) {
+  if (hook == DDPCommHook::None || element_size(dtype) <= 2 || !is_floating(dtype)) return dtype;
+  return hook == DDPCommHook::BF16Compress ? kBFloat16 : kFloat16;
+}
+
 // 2. Buckets, filled in reverse registration order (roughly the order backward
-// produces gradients); the first one small so communication starts early; a
-// dtype change starts a new one.
+// produces gradients); the first one small so communication starts early. A bucket
+// is one tensor, so it holds one dtype: each dtype fills buckets of its own (as
+// PyTorch's compute_bucket_assignment_by_size), its first one small too.
 void build_buckets(DistributedDataParallel::State& s, nn::Module& module, Communicator& comm,
                    const DDPOptions& options) {
   for (auto& [name, p] : module.named_parameters())
@@ -181,32 +217,47 @@ void build_buckets(DistributedDataParallel::State& s, nn::Module& module, Commun
   s.bucket_of.resize(s.params.size());
   s.slot_of.resize(s.params.size());
   s.ready.assign(s.params.size(), false);
-  double cap = options.first_bucket_cap_mb * 1e6, bytes = 0;
+  struct Filling {
+    size_t bucket;  // the bucket this dtype is filling
+    double bytes, cap;
+  };
+  std::map<DType, Filling> filling;
   for (size_t k = s.params.size(); k-- > 0;) {
     const Tensor& p = s.params[k];
-    bool full = !s.buckets.empty() && bytes + static_cast<double>(p.nbytes()) > cap;
-    bool dtype_change =
-        !s.buckets.empty() && s.params[s.buckets.back().params.front()].dtype() != p.dtype();
-    if (s.buckets.empty() || full || dtype_change) {
-      if (!s.buckets.empty()) cap = options.bucket_cap_mb * 1e6;  // only the first is small
+    const double nbytes = static_cast<double>(p.nbytes());
+    auto it = filling.find(p.dtype());
+    if (it == filling.end()) {  // this dtype's first bucket: small
       s.buckets.emplace_back();
-      bytes = 0;
+      it = filling.emplace(p.dtype(), Filling{s.buckets.size() - 1, 0,
+                                              options.first_bucket_cap_mb * 1e6}).first;
+    } else if (it->second.bytes + nbytes > it->second.cap) {  // full: the next one
+      s.buckets.emplace_back();
+      it->second = Filling{s.buckets.size() - 1, 0, options.bucket_cap_mb * 1e6};
     }
-    Bucket& b = s.buckets.back();
-    s.bucket_of[k] = s.buckets.size() - 1;
+    Bucket& b = s.buckets[it->second.bucket];
+    s.bucket_of[k] = it->second.bucket;
     s.slot_of[k] = b.params.size();
     b.offsets.push_back(b.params.empty() ? 0
                                          : b.offsets.back() + s.params[b.params.back()].numel());
     b.params.push_back(k);
-    bytes += static_cast<double>(p.nbytes());
+    it->second.bytes += nbytes;
   }
   for (Bucket& b : s.buckets) {
     const Tensor& last = s.params[b.params.back()];
     int64_t numel = b.offsets.back() + last.numel();
-    // Symmetric memory: on one host, the all-reduce reads the peers' buckets
-    // directly (Communicator::symmetric_empty); elsewhere ordinary memory.
-    // Every rank builds the same buckets in the same order, as that requires.
-    b.flat = comm.symmetric_empty({numel}, {.dtype = last.dtype(), .device = last.device()});
+    const DType wire = wire_dtype(last.dtype(), options.comm_hook);
+    // Symmetric memory for what the all-reduce moves: on one host, it reads the
+    // peers' buckets directly (Communicator::symmetric_empty); elsewhere ordinary
+    // memory. Every rank builds the same buckets in the same order, as that requires.
+    // With a compression hook the float32 bucket itself is ordinary memory.
+    if (wire == last.dtype()) {
+      b.flat = comm.symmetric_empty({numel}, {.dtype = wire, .device = last.device()});
+      b.wire = b.flat;
+    } else {
+      b.flat = empty({numel}, {.dtype = last.dtype(), .device = last.device()});
+      b.wire = comm.symmetric_empty({numel}, {.dtype = wire, .device = last.device()});
+      b.wire.zero_();
+    }
     b.flat.zero_();
   }
 }
@@ -234,6 +285,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
            options.bucket_cap_mb, " MB");
   State& s = *state_;
   s.comm = &comm;
+  s.hook = options.comm_hook;
   s.find_unused = options.find_unused_parameters;
   s.grad_as_view = options.gradient_as_bucket_view;
   s.single = comm.size() == 1;
@@ -249,6 +301,27 @@ DistributedDataParallel::~DistributedDataParallel() = default;
 double DistributedDataParallel::comm_wait_seconds() const { return state_->wait_seconds; }
 
 size_t DistributedDataParallel::num_buckets() const { return state_->buckets.size(); }
+
+DistributedDataParallel::BucketInfo DistributedDataParallel::bucket_info(size_t i) const {
+  RG_CHECK(i < state_->buckets.size(), "bucket_info", "expected a bucket below ",
+           state_->buckets.size(), ", got ", i);
+  const Bucket& b = state_->buckets[i];
+  return {b.flat.dtype(), b.wire.dtype(), static_cast<int64_t>(b.wire.nbytes())};
+}
+
+int64_t DistributedDataParallel::allreduce_bytes() const { return state_->allreduce_bytes; }
+
+const char* comm_hook_name(DDPCommHook hook) {
+  switch (hook) {
+    case DDPCommHook::None:
+      return "allreduce_hook";
+    case DDPCommHook::BF16Compress:
+      return "bf16_compress_hook";
+    case DDPCommHook::FP16Compress:
+      return "fp16_compress_hook";
+  }
+  return "?";
+}
 
 std::vector<std::string> DistributedDataParallel::bucket_parameters(size_t i) const {
   RG_CHECK(i < state_->buckets.size(), "bucket_parameters", "expected a bucket below ",

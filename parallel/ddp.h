@@ -26,6 +26,15 @@
 //     its averaged slice of the bucket: optimizer.step() sees the global gradient.
 // In a world of one there is nothing to average: DDP keeps its checks (unused
 // parameters) but copies and sends nothing.
+//
+// 16-bit communication (parallel/README.md, "16-bit gradients on the wire"):
+//  * a bucket holds one dtype, its gradients': a bfloat16 model (model.to(kBFloat16))
+//    has bfloat16 buckets — half of float32's bytes on the wire — and a model mixing
+//    dtypes has separate buckets per dtype;
+//  * for float32 gradients, {.comm_hook = DDPCommHook::BF16Compress} is PyTorch's
+//    bf16_compress_hook: each bucket is rounded to bfloat16, all-reduced (summed in
+//    float32 where the backend can: see communicator.h), and written back to the
+//    float32 bucket; FP16Compress is fp16_compress_hook with float16.
 // The contract (tested with 1–4 processes): N ranks with batch B end with the
 // same parameters as one process with batch N·B.
 #pragma once
@@ -39,6 +48,17 @@
 
 namespace ringgrad::parallel {
 
+// PyTorch's built-in DDP communication hooks (torch.distributed.algorithms.
+// ddp_comm_hooks.default_hooks): what a bucket of float32 (or float64) gradients
+// becomes on the wire. Buckets already in 16 bits are sent as they are.
+enum class DDPCommHook {
+  None,          // all-reduced in the gradients' own dtype (allreduce_hook)
+  BF16Compress,  // bf16_compress_hook: sent as bfloat16, half the bytes; float32's range
+  FP16Compress,  // fp16_compress_hook: sent as float16, half the bytes; 3 more bits of
+                 // precision, but values past 65504 overflow (and below ~6e-8 vanish)
+};
+const char* comm_hook_name(DDPCommHook hook);  // "bf16_compress_hook", …
+
 struct DDPOptions {
   double bucket_cap_mb = 25.0;
   double first_bucket_cap_mb = 1.0;
@@ -50,6 +70,12 @@ struct DDPOptions {
   // backward overwrites it, so copy a .grad you want to keep across steps. false:
   // .grad gets its own copy.
   bool gradient_as_bucket_view = true;
+  // Compress float32 buckets to 16 bits for the all-reduce (PyTorch's
+  // ddp.register_comm_hook(None, bf16_compress_hook)). The average is computed in
+  // float32 and rounded: the shared-memory all-reduce rounds it once, MPI's and
+  // NCCL's once per step of their reduction (communicator.h), plus the rounding of
+  // each rank's gradient/N to 16 bits before it is sent.
+  DDPCommHook comm_hook = DDPCommHook::None;
 };
 
 class DistributedDataParallel {
@@ -80,6 +106,18 @@ class DistributedDataParallel {
   double comm_wait_seconds() const;
   // Bucket i's parameter names, in the order their gradients fill it.
   std::vector<std::string> bucket_parameters(size_t i) const;
+  // Bucket i as it travels: its gradients' dtype, the dtype on the wire (16 bits
+  // with a compression hook), and the bytes one all-reduce of it hands to the
+  // communicator.
+  struct BucketInfo {
+    DType dtype;
+    DType wire_dtype;
+    int64_t wire_bytes;
+  };
+  BucketInfo bucket_info(size_t i) const;
+  // Bytes handed to all-reduce so far, summed over every synchronised backward (each
+  // bucket's wire_bytes per backward; 0 in a world of one, which sends nothing).
+  int64_t allreduce_bytes() const;
 
   struct State;  // buckets and per-backward bookkeeping (ddp.cpp)
 

@@ -40,6 +40,12 @@
 // before it starts receiving. Blocking send-then-recv on every rank would
 // deadlock as soon as messages were too large for MPI to buffer.
 //
+// 16 bits. A bfloat16 or float16 chunk travels in 16 bits (half of float32's bytes);
+// each hop adds the received partial sum to the local chunk in float32 and rounds the
+// result once (add_ on a 16-bit tensor computes in float32), so a complete chunk has been
+// rounded N-1 times, as in NCCL's ring (the backend's shared-memory path reads every
+// rank's buffer, sums in float32 and rounds once). Avg rounds once more.
+//
 // Uneven sizes. n need not divide by N: chunk i is [i·n/N, (i+1)·n/N) with
 // integer division, so chunk sizes differ by at most one (and may be empty
 // when n < N; an empty message is still sent, keeping every rank in step).
@@ -65,7 +71,7 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 void ring_all_reduce(Communicator& comm, Tensor& t, Reduce op) {
   RG_CHECK(t.defined(), "ring_all_reduce", "expected a defined tensor, got an undefined one");
   RG_CHECK(t.dtype() != kBool, "ring_all_reduce",
-           "expected a float32, float64 or int64 tensor, got ", t.dtype());
+           "expected a float32, float64, bfloat16, float16 or int64 tensor, got ", t.dtype());
   RG_CHECK(op != Reduce::Avg || is_floating(t.dtype()), "ring_all_reduce",
            "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
   const int N = comm.size();
@@ -101,7 +107,7 @@ void ring_all_reduce(Communicator& comm, Tensor& t, Reduce op) {
     if (op == Reduce::Max)
       in.copy_(maximum(in, received));
     else
-      in.add_(received);  // Sum, and Avg (divided at the end)
+      in.add_(received);  // Sum, and Avg (divided at the end); 16-bit: in float32, rounded
     sent->wait();         // `out` may be changed again only once it has left
   }
   // Rank r now holds the complete reduction of chunk (r+1) mod N.

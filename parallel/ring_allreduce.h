@@ -15,7 +15,8 @@ namespace ringgrad::parallel {
 
 // In place: afterwards every rank's t holds the reduction over all ranks' t.
 // Any shape and size (the element count need not divide by the world size);
-// float32, float64 or int64 (Avg: floating point only). Every rank must call it.
+// float32, float64, bfloat16, float16 or int64 (Avg: floating point only); 16-bit
+// chunks are added in float32 and rounded once per hop. Every rank must call it.
 void ring_all_reduce(Communicator& comm, Tensor& t, Reduce op = Reduce::Sum);
 
 }  // namespace ringgrad::parallel

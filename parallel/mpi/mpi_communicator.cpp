@@ -20,6 +20,7 @@
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/op_utils.h"
 #include "ringgrad/parallel/mpi/comm_thread.h"
+#include "ringgrad/parallel/mpi/reduced_precision.h"
 #include "ringgrad/parallel/mpi/shared_memory.h"
 
 namespace ringgrad::parallel {
@@ -32,24 +33,36 @@ using mpi::WatchdogInfo;
 
 // ---- dtypes and reductions ----
 
+// MPI has no 16-bit float type: bfloat16 and float16 travel as 2-byte words, and their
+// reductions are our own MPI_Ops (mpi/reduced_precision.h).
 const DTypeTable<MPI_Datatype>& mpi_types() {
   static const DTypeTable<MPI_Datatype> table(
-      "MPI", {{kFloat32, MPI_FLOAT}, {kFloat64, MPI_DOUBLE}, {kInt64, MPI_INT64_T}, {kBool, MPI_C_BOOL}});
+      "MPI", {{kFloat32, MPI_FLOAT},
+              {kFloat64, MPI_DOUBLE},
+              {kInt64, MPI_INT64_T},
+              {kBool, MPI_C_BOOL},
+              {kBFloat16, MPI_UINT16_T},
+              {kFloat16, MPI_UINT16_T}});
   return table;
 }
 MPI_Datatype mpi_type(DType t) { return mpi_types()(t); }
 
 // Avg is a Sum followed by a division (done by the caller of this). MPI only
 // allows logical operators on booleans: their "sum" and "max" are both OR.
+// bfloat16/float16: a user-defined op that adds in float32 and rounds per combination.
 MPI_Op mpi_op(Reduce op, DType t) {
   if (t == DType::Bool) return MPI_LOR;
+  if (is_reduced_precision(t)) return mpi::reduced_precision_op(t, op);
   return op == Reduce::Max ? MPI_MAX : MPI_SUM;
 }
 
-// In place: t /= n, for the float dtypes (Avg is refused for the others).
+// In place: t /= n, for the float dtypes (Avg is refused for the others); the 16-bit
+// ones divide in float32 and round once more.
 void divide(const Tensor& t, int n) {
   int64_t count = t.numel();
-  if (t.dtype() == DType::Float32) {
+  if (is_reduced_precision(t.dtype())) {
+    mpi::divide_reduced_precision(t.dtype(), t.raw_data(), count, n);
+  } else if (t.dtype() == DType::Float32) {
     float* p = static_cast<float*>(t.raw_data());
     for (int64_t i = 0; i < count; ++i) p[i] /= static_cast<float>(n);
   } else {

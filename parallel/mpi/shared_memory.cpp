@@ -23,6 +23,7 @@
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/kernel_math.h"
 #include "ringgrad/parallel/mpi/comm_thread.h"
+#include "ringgrad/parallel/mpi/reduced_precision.h"
 
 namespace ringgrad::parallel::mpi {
 
@@ -252,6 +253,23 @@ void SymmetricBuffer::barrier(const std::function<void()>& progress) {
   }
 }
 
+// Step 2 (and 2b) for bfloat16 and float16: my chunk summed over this host's buffers in
+// float32 and rounded once (reduced_precision.h); across hosts, MPI's all-reduce of the
+// rounded chunks with the 16-bit MPI_Op (one more rounding per host added), and Avg's
+// division after it (one more). One host, any op: exactly one rounding.
+void SymmetricBuffer::reduce_reduced_precision_chunk(DType dtype, int64_t lo, int64_t hi,
+                                                     Reduce op, Reduce local_op) {
+  std::vector<const void*> in{data()};  // my contribution first, then the others'
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) in.push_back(data_of(p));
+  if (size_ > 1) reduce_reduced_precision(dtype, data(), in, lo, hi, local_op);
+  if (!hierarchical()) return;
+  char* own = static_cast<char*>(data()) + lo * static_cast<int64_t>(element_size(dtype));
+  RG_MPI("all_reduce (hierarchical)", MPI_Allreduce, MPI_IN_PLACE, own, static_cast<int>(hi - lo),
+         MPI_UINT16_T, reduced_precision_op(dtype, op), cross_);
+  if (op == Reduce::Avg) divide_reduced_precision(dtype, own, hi - lo, world_size_);
+}
+
 void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op,
                                  const std::function<void()>& progress) {
   RG_CHECK(supports(dtype), "all_reduce", "shared-memory all-reduce of ", dtype,
@@ -271,26 +289,30 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op,
   const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
   // Across hosts, Avg is a sum here and a division by every host's ranks after 2b.
   const Reduce local_op = hierarchical() && op == Reduce::Avg ? Reduce::Sum : op;
-  dispatch_all(dtype, [&]<typename T>() {  // 2. my chunk, from every buffer on this host
-    if constexpr (!std::is_same_v<T, bool>) {  // bool: refused above
-      T* own = static_cast<T*>(data());
-      std::vector<const T*> in{own};  // my contribution first, then the others'
-      for (int p = 0; p < size_; ++p)
-        if (p != rank_) in.push_back(static_cast<const T*>(data_of(p)));
-      if (size_ > 1) reduce_chunk(own, in, lo, hi, local_op);
-      if (hierarchical()) {  // 2b. my chunk with its owners on the other hosts, through MPI
-        MPI_Datatype type = std::is_same_v<T, float>    ? MPI_FLOAT
-                            : std::is_same_v<T, double> ? MPI_DOUBLE
-                                                        : MPI_INT64_T;
-        RG_MPI("all_reduce (hierarchical)", MPI_Allreduce, MPI_IN_PLACE, own + lo,
-               static_cast<int>(hi - lo), type, op == Reduce::Max ? MPI_MAX : MPI_SUM, cross_);
-        if (op == Reduce::Avg) {  // divided, as the flat paths do
-          const T n = static_cast<T>(world_size_);
-          for (int64_t i = lo; i < hi; ++i) own[i] /= n;
+  if (is_reduced_precision(dtype)) {
+    reduce_reduced_precision_chunk(dtype, lo, hi, op, local_op);
+  } else {
+    dispatch_all(dtype, [&]<typename T>() {  // 2. my chunk, from every buffer on this host
+      if constexpr (!std::is_same_v<T, bool>) {  // bool: refused above
+        T* own = static_cast<T*>(data());
+        std::vector<const T*> in{own};  // my contribution first, then the others'
+        for (int p = 0; p < size_; ++p)
+          if (p != rank_) in.push_back(static_cast<const T*>(data_of(p)));
+        if (size_ > 1) reduce_chunk(own, in, lo, hi, local_op);
+        if (hierarchical()) {  // 2b. my chunk with its owners on the other hosts, through MPI
+          MPI_Datatype type = std::is_same_v<T, float>    ? MPI_FLOAT
+                              : std::is_same_v<T, double> ? MPI_DOUBLE
+                                                          : MPI_INT64_T;
+          RG_MPI("all_reduce (hierarchical)", MPI_Allreduce, MPI_IN_PLACE, own + lo,
+                 static_cast<int>(hi - lo), type, op == Reduce::Max ? MPI_MAX : MPI_SUM, cross_);
+          if (op == Reduce::Avg) {  // divided, as the flat paths do
+            const T n = static_cast<T>(world_size_);
+            for (int64_t i = lo; i < hi; ++i) own[i] /= n;
+          }
         }
       }
-    }
-  });
+    });
+  }
   barrier(progress);  // every chunk is reduced
   char* own = static_cast<char*>(data());
   for (int p = 0; p < size_; ++p) {  // 3. everyone else's chunk, from its owner

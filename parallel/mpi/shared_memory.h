@@ -80,9 +80,11 @@ class SymmetricBuffer {
   size_t nbytes() const { return nbytes_; }
 
   // Steps 1–4 above over the first `count` elements, on every rank together.
-  // Sum, Avg and Max for float32, float64 and int64 (supports() says which),
-  // with the same bits as MPI's all-reduce of integer-valued data and the same
-  // division for Avg. While waiting for peers it calls `progress`: MPI transfers
+  // Sum, Avg and Max for float32, float64, int64, bfloat16 and float16 (supports()
+  // says which), with the same bits as MPI's all-reduce of integer-valued data and the
+  // same division for Avg. bfloat16 and float16 are summed (and Avg divided) in float32
+  // and rounded once — fewer roundings than MPI's path, which rounds per combination
+  // (reduced_precision.h); across hosts, once per host plus once more for Avg. While waiting for peers it calls `progress`: MPI transfers
   // posted before this one must keep moving (a peer may be waiting for one of
   // them before it can arrive here).
   void all_reduce(DType dtype, int64_t count, Reduce op, const std::function<void()>& progress);
@@ -92,6 +94,9 @@ class SymmetricBuffer {
   SymmetricBuffer(int rank, int size, size_t nbytes)
       : rank_(rank), size_(size), nbytes_(nbytes), base_(size, nullptr) {}
   void* data_of(int r) const;
+  // Step 2 (and 2b) for bfloat16/float16: accumulated in float32, rounded once per host.
+  void reduce_reduced_precision_chunk(DType dtype, int64_t lo, int64_t hi, Reduce op,
+                                      Reduce local_op);
   // Steps' ends: every rank's counter reaches epoch_.
   void barrier(const std::function<void()>& progress);
 

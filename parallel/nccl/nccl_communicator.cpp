@@ -99,11 +99,15 @@ namespace {
 
 // ---- dtypes and reductions ----
 
-// Booleans travel as bytes 0 or 1.
+// Booleans travel as bytes 0 or 1. bfloat16 and float16 are NCCL's own: its kernels
+// add them in float32 and round at every step of the ring (or tree), as our MPI path does.
 const DTypeTable<ncclDataType_t>& nccl_types() {
-  static const DTypeTable<ncclDataType_t> table(
-      "NCCL",
-      {{kFloat32, ncclFloat32}, {kFloat64, ncclFloat64}, {kInt64, ncclInt64}, {kBool, ncclUint8}});
+  static const DTypeTable<ncclDataType_t> table("NCCL", {{kFloat32, ncclFloat32},
+                                                         {kFloat64, ncclFloat64},
+                                                         {kInt64, ncclInt64},
+                                                         {kBool, ncclUint8},
+                                                         {kBFloat16, ncclBfloat16},
+                                                         {kFloat16, ncclFloat16}});
   return table;
 }
 ncclDataType_t nccl_type(DType t) { return nccl_types()(t); }

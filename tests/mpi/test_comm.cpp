@@ -8,7 +8,9 @@
 // all-reduces waited in reverse order, barrier, the teaching ring_all_reduce
 // against the backend's all_reduce on sizes that do not divide by N, the
 // all-reduce of symmetric memory (shared memory on one host) against MPI's, the
-// errors, and the world of one. Rank 0 prints a few timings.
+// errors, the world of one, and bfloat16/float16 all-reduces (the float32 sum rounded
+// once on the shared-memory path; within the stated bound elsewhere). Rank 0 prints a
+// few timings.
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
 #include <ringgrad/parallel/ring_allreduce.h>
 #include <ringgrad/parallel/world.h>
@@ -368,6 +370,110 @@ void test_symmetric_all_reduce(rg::parallel::Communicator& comm) {
                 "symmetric_empty with different sizes");
 }
 
+// ---- bfloat16 and float16
+//
+// Rank r holds x_r[i] = k · 2^-(i mod 5) with k an integer of at most 8 significant bits
+// (bfloat16) or 11 (float16), a pseudo-random function of (r, i): exactly a 16-bit value,
+// and any sum of N <= 4 of them is exact in float32 (at most 8 + 4 + 2 bits). So the
+// all-reduce's answer, computed once in float32 and rounded once, is known bit for bit:
+//   one rounding (the shared-memory path on one host; and every path for N <= 2, which
+//   makes one addition): equal to round(S) exactly, S = the exact sum;
+//   per-step rounding (MPI's user-defined op, the ring, hosts in the hierarchical path):
+//   a sum of N terms in N − 1 rounded additions, |got − S| <= γ_{N−1} · Σ|x_r|, where
+//   γ_m = m·u / (1 − m·u) and u = 2^-8 (bfloat16: 8 significant bits) or 2^-11 (float16).
+//   Avg divides the sum in float32 and rounds once more: + u·|S|/N.
+// Max is exact everywhere.
+double x16(rg::DType dt, int r, int64_t i) {
+  const int64_t span = dt == rg::kBFloat16 ? 255 : 2047;  // 8 or 11 significant bits
+  const int64_t k = (i * 7919 + r * 104729 + (i * r) % 97 + 13) % (2 * span + 1) - span;
+  return std::ldexp(double(k), -int(i % 5));
+}
+
+double unit_roundoff(rg::DType dt) { return dt == rg::kBFloat16 ? 0x1p-8 : 0x1p-11; }
+
+// got (16-bit) against the rank-independent answer: exact when the path rounds once,
+// else within `roundings` steps of the bound above; true when every element passes.
+bool within_16bit_bound(const rg::Tensor& got, rg::DType dt, int64_t n, Reduce op, bool once,
+                        int roundings) {
+  auto g = got.tolist<double>();
+  const double u = unit_roundoff(dt), gamma = roundings * u / (1 - roundings * u);
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0, abs_sum = 0, max = -INFINITY;
+    for (int r = 0; r < N; ++r) {
+      const double x = x16(dt, r, i);
+      sum += x, abs_sum += std::abs(x), max = std::max(max, x);
+    }
+    if (op == Reduce::Max) {
+      if (g[i] != max) return false;
+      continue;
+    }
+    const float exact = op == Reduce::Avg ? float(sum) / float(N) : float(sum);  // as the paths
+    const double once_rounded =
+        double(float(dt == rg::kBFloat16 ? float(rg::BFloat16(exact)) : float(rg::Float16(exact))));
+    if (once) {
+      if (g[i] != once_rounded) return false;
+      continue;
+    }
+    double bound = gamma * abs_sum;
+    if (op == Reduce::Avg) bound = (bound + u * (std::abs(sum) + bound)) / N;
+    if (std::abs(g[i] - double(exact)) > bound * 1.0001) return false;
+  }
+  return true;
+}
+
+void test_reduced_precision_all_reduce(rg::parallel::Communicator& comm) {
+  const char* off = std::getenv("RINGGRAD_SHM_ALLREDUCE");
+  const bool shm = !(off && std::string(off) == "0") && std::filesystem::is_directory("/dev/shm");
+  const bool one_host = !std::getenv("RINGGRAD_TEST_RANKS_PER_HOST");
+  for (rg::DType dt : {rg::kBFloat16, rg::kFloat16}) {
+    const std::string type = rg::dtype_name(dt);
+    for (int64_t n : {1, 7, 1000, 100003}) {
+      std::vector<double> v(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = x16(dt, rank, i);
+      rg::Tensor mine = rg::from_vector(v).to(dt);  // exact: every value is a 16-bit value
+      rg::Tensor sym = comm.symmetric_empty({n}, {.dtype = dt});
+      for (Reduce op : {Reduce::Sum, Reduce::Avg, Reduce::Max}) {
+        const std::string what = type + " n=" + std::to_string(n) + " op " + std::to_string(int(op));
+        // MPI's all-reduce with the 16-bit MPI_Op: one rounding per combination.
+        rg::Tensor plain = mine.clone();
+        comm.all_reduce(plain, op);
+        check(plain.dtype() == dt, "16-bit all_reduce keeps the dtype " + what);
+        check(within_16bit_bound(plain, dt, n, op, N <= 2, N - 1),
+              "16-bit all_reduce through MPI: " + std::string(N <= 2 ? "exact" : "within bound") +
+                  " " + what);
+        // Symmetric memory: one host's shared memory sums in float32 and rounds once.
+        sym.copy_(mine);
+        comm.all_reduce(sym, op);
+        const bool once = N <= 2 || (shm && one_host);
+        check(within_16bit_bound(sym, dt, n, op, once, N - 1),
+              "16-bit symmetric all_reduce: " + std::string(once ? "rounded once, exact" : "within bound") +
+                  " " + what);
+        rg::Tensor everyone = comm.all_gather(sym);
+        check(max_diff(everyone, sym.unsqueeze(0).expand({N, n})) == 0,
+              "16-bit symmetric all_reduce: the same bits on every rank " + what);
+        // The teaching ring: a 16-bit chunk per hop, added in float32, rounded per hop.
+        rg::Tensor ring = mine.clone();
+        rg::parallel::ring_all_reduce(comm, ring, op);
+        check(within_16bit_bound(ring, dt, n, op, N <= 2 && op != Reduce::Avg, N - 1),
+              "16-bit ring_all_reduce within bound " + what);
+      }
+    }
+    // reduce_scatter through MPI: the same user-defined op.
+    std::vector<double> v(4 * N);
+    for (int64_t i = 0; i < 4 * N; ++i) v[i] = x16(dt, rank, i);
+    auto scattered = comm.reduce_scatter(rg::from_vector(v).reshape({N, 4}).to(dt)).tolist<double>();
+    bool ok = scattered.size() == 4;
+    const double u = unit_roundoff(dt);
+    for (int64_t i = 0; ok && i < 4; ++i) {
+      double sum = 0, abs_sum = 0;
+      for (int r = 0; r < N; ++r)
+        sum += x16(dt, r, 4 * rank + i), abs_sum += std::abs(x16(dt, r, 4 * rank + i));
+      ok = std::abs(scattered[i] - sum) <= (N - 1) * u / (1 - (N - 1) * u) * abs_sum * 1.0001;
+    }
+    check(ok, "16-bit reduce_scatter within bound " + type);
+  }
+}
+
 // Rank 0 prints how long a 25 MB all-reduce takes (DDP's default bucket), and
 // DDP's bucket for the mnist model through MPI and through symmetric memory.
 void report_timings(rg::parallel::Communicator& comm) {
@@ -427,6 +533,7 @@ int main(int argc, char** argv) {
     test_async_and_barrier(comm);
     test_ring_all_reduce(comm);
     test_symmetric_all_reduce(comm);
+    test_reduced_precision_all_reduce(comm);
     report_timings(comm);
     return mpi_test::report(rank, N);
   });

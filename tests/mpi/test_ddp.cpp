@@ -6,7 +6,10 @@
 // After several Adam steps the DDP copy must equal the reference to 1e-5, on
 // every rank. Also checked: gradient accumulation under no_sync(), the error
 // for a parameter without a gradient, find_unused_parameters, and replicas of different
-// models refused with an error naming the tensor and both shapes.
+// models refused with an error naming the tensor and both shapes. And 16-bit
+// communication: a bfloat16 model's bfloat16 buckets against one bfloat16 process, the
+// bf16/fp16 compression hooks against float32 DDP, each within a bound derived below,
+// with half the bytes on the wire; a model mixing dtypes gets buckets per dtype.
 // Prints "N passed, M failed" (one line per rank) and exits non-zero on failure.
 #include <ringgrad/parallel/ddp.h>
 #include <ringgrad/parallel/world.h>
@@ -15,6 +18,8 @@
 #include "checks.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <vector>
 #include <cstdio>
 #include <string>
 
@@ -37,6 +42,37 @@ struct Net : rg::nn::Module {
 };
 
 using mpi_test::check;
+
+// How many times the all-reduce of a 16-bit bucket rounds its sum: once on one host's
+// shared memory (every rank's buffer summed in float32), once per combination through
+// MPI's 16-bit op (N − 1). RINGGRAD_SHM_ALLREDUCE=0 turns shared memory off.
+int sum_roundings(int n) {
+  if (n == 1) return 0;
+  const char* off = std::getenv("RINGGRAD_SHM_ALLREDUCE");
+  const bool shm = !(off && std::string(off) == "0") && !std::getenv("RINGGRAD_TEST_RANKS_PER_HOST");
+  return shm ? 1 : n - 1;
+}
+
+// Each parameter's .grad as float64 (any dtype), in parameter order.
+std::vector<rg::Tensor> grads64(rg::nn::Module& m) {
+  std::vector<rg::Tensor> out;
+  for (rg::Tensor& p : m.parameters()) out.push_back(p.grad().to(rg::kFloat64));
+  return out;
+}
+
+// The largest |a − b| / scale over every element (scale 0: a must equal b).
+double worst_ratio(const std::vector<rg::Tensor>& a, const std::vector<rg::Tensor>& b,
+                   const std::vector<rg::Tensor>& scale) {
+  double worst = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    auto x = a[t].tolist<double>(), y = b[t].tolist<double>(), s = scale[t].tolist<double>();
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double d = std::abs(x[i] - y[i]);
+      worst = std::max(worst, d == 0 ? 0 : s[i] > 0 ? d / s[i] : INFINITY);
+    }
+  }
+  return worst;
+}
 
 double max_diff(rg::nn::Module& a, rg::nn::Module& b) {
   double worst = 0;
@@ -168,6 +204,169 @@ int main(int argc, char** argv) {
     check(
         model2.spare.weight.grad().defined() && model2.spare.weight.grad().abs().sum().item() == 0,
         "find_unused_parameters gives zero gradients", rank);
+  }
+
+  rg::parallel::Communicator& comm = world.communicator();
+  const int k = sum_roundings(n);
+
+  {  // --- a bfloat16 model: bfloat16 buckets; one backward equals one bfloat16 process
+    // on the global batch within bfloat16's rounding (u = 2^-8: 8 significant bits).
+    //
+    // The bound. Let P_r be rank r's share of a gradient element (its local gradient / N),
+    // accumulated in float32 over its rows; the single process rounds P = Σ P_r once:
+    // |ref − P| <= u|P|. DDP rounds each P_r to bfloat16 (backward's result, and its
+    // division by N when N is not a power of two: up to 2u|P_r|), then the bucket's sum
+    // k times (k = 1 on shared memory, N − 1 through MPI): |ddp − P| <= (2 + k)·u·Σ|P_r|
+    // to first order. With N not a power of two the two runs also scale the loss's
+    // gradient by 1/(N·B) and 1/B, which round differently (once more each). Σ|P_r| <= M,
+    // M = Σ over the N·B samples of |per-sample gradient| (float32), so
+    //     |ddp − ref| <= (3 + k + (N a power of two ? 0 : 2)) · u · M.
+    const double u = 0x1p-8;
+    rg::manual_seed(100);
+    Net model;
+    rg::manual_seed(100);
+    Net reference;
+    rg::manual_seed(100);
+    Net f32;  // float32, for the per-sample magnitudes M
+    model.use_spare = reference.use_spare = f32.use_spare = true;
+    model.to(rg::kBFloat16);
+    reference.to(rg::kBFloat16);
+    rg::parallel::DistributedDataParallel ddp(
+        model, comm, {.bucket_cap_mb = 0.0003, .first_bucket_cap_mb = 0.0001});
+    bool bf16_buckets = ddp.num_buckets() >= 2;
+    for (size_t i = 0; i < ddp.num_buckets(); ++i) {
+      auto info = ddp.bucket_info(i);
+      bf16_buckets = bf16_buckets && info.dtype == rg::kBFloat16 && info.wire_dtype == rg::kBFloat16;
+    }
+    check(bf16_buckets, "a bfloat16 model has bfloat16 buckets", rank);
+    rg::Tensor x = X[0].to(rg::kBFloat16), y = Y[0];
+    rg::nn::cross_entropy(reference(x), y).backward();
+    rg::nn::cross_entropy(ddp(x.narrow(0, rank * B, B)), y.narrow(0, rank * B, B)).backward();
+    std::vector<rg::Tensor> M;
+    for (int64_t i = 0; i < n * B; ++i) {
+      f32.zero_grad();
+      (rg::nn::cross_entropy(f32(X[0].narrow(0, i, 1)), Y[0].narrow(0, i, 1)) * (1.0 / double(n * B)))
+          .backward();
+      auto g = grads64(f32);
+      for (size_t t = 0; t < g.size(); ++t) {
+        if (M.size() <= t)
+          M.push_back(rg::abs(g[t]));
+        else
+          M[t] = M[t] + rg::abs(g[t]);
+      }
+    }
+    const bool power_of_two = (n & (n - 1)) == 0;
+    const double C = 3 + k + (power_of_two ? 0 : 2);
+    bool dtype_ok = true;
+    for (rg::Tensor& p : model.parameters()) dtype_ok = dtype_ok && p.grad().dtype() == rg::kBFloat16;
+    check(dtype_ok, "a bfloat16 model's gradients stay bfloat16", rank);
+    std::vector<rg::Tensor> scale;
+    for (rg::Tensor& m : M) scale.push_back(m * (u * 1.0001));
+    double r = worst_ratio(grads64(model), grads64(reference), scale);
+    if (rank == 0)
+      std::printf("bf16 model: max |ddp - single process| = %.3g u·M (bound %.0f u·M, k = %d)\n", r,
+                  C, k);
+    check(r <= C, "bfloat16 DDP equals one bfloat16 process within " + std::to_string(C) +
+                      " u·M (got " + std::to_string(r) + ")",
+          rank);
+  }
+
+  // --- PyTorch's bf16_compress_hook / fp16_compress_hook on a float32 model: the
+  // gradients of float32 DDP within 16-bit rounding, half the bytes on the wire.
+  // The bound: the float32 bucket holds P_r = g_r/N; the hook rounds it to 16 bits
+  // (u|P_r|) and the all-reduce rounds the sum k times, so
+  //     |hook − float32 DDP| <= (1 + k)·u·(1 + u)·Σ_r|P_r|  (+ float32's own 2^-20 slack),
+  // u = 2^-8 for bfloat16, 2^-11 for float16.
+  for (auto hook : {rg::parallel::DDPCommHook::BF16Compress, rg::parallel::DDPCommHook::FP16Compress}) {
+    const bool bf16 = hook == rg::parallel::DDPCommHook::BF16Compress;
+    const rg::DType wire = bf16 ? rg::kBFloat16 : rg::kFloat16;
+    const double u = bf16 ? 0x1p-8 : 0x1p-11;
+    const std::string name = rg::parallel::comm_hook_name(hook);
+    rg::manual_seed(100);
+    Net plain_model;
+    rg::manual_seed(100);
+    Net hooked_model;
+    rg::manual_seed(100);
+    Net local;  // each rank's own gradient, for the bound's Σ_r|P_r|
+    plain_model.use_spare = hooked_model.use_spare = local.use_spare = true;
+    rg::parallel::DistributedDataParallel plain(
+        plain_model, comm, {.bucket_cap_mb = 0.0003, .first_bucket_cap_mb = 0.0001});
+    rg::parallel::DistributedDataParallel hooked(
+        hooked_model, comm,
+        {.bucket_cap_mb = 0.0003, .first_bucket_cap_mb = 0.0001, .comm_hook = hook});
+    bool layout = hooked.num_buckets() == plain.num_buckets();
+    for (size_t i = 0; layout && i < hooked.num_buckets(); ++i) {
+      auto h = hooked.bucket_info(i), p = plain.bucket_info(i);
+      layout = h.dtype == rg::kFloat32 && h.wire_dtype == wire && p.wire_dtype == rg::kFloat32 &&
+               2 * h.wire_bytes == p.wire_bytes;
+    }
+    check(layout, name + ": float32 buckets sent as " + rg::dtype_name(wire) + ", half the bytes", rank);
+    rg::Tensor xs = X[1].narrow(0, rank * B, B), ys = Y[1].narrow(0, rank * B, B);
+    const int64_t w0 = comm.wire_bytes();
+    rg::nn::cross_entropy(plain(xs), ys).backward();
+    const int64_t w1 = comm.wire_bytes();
+    rg::nn::cross_entropy(hooked(xs), ys).backward();
+    const int64_t w2 = comm.wire_bytes();
+    const double ratio = n == 1 ? 0.5 : double(w2 - w1) / double(w1 - w0);
+    if (rank == 0 && n > 1)
+      std::printf("%s: %lld bytes all-reduced per step vs %lld in float32 (%.3f×), wire %.3f×\n",
+                  name.c_str(), static_cast<long long>(hooked.allreduce_bytes()),
+                  static_cast<long long>(plain.allreduce_bytes()),
+                  double(hooked.allreduce_bytes()) / double(plain.allreduce_bytes()),
+                  ratio);
+    check(2 * hooked.allreduce_bytes() == plain.allreduce_bytes() && std::abs(ratio - 0.5) < 0.01,
+          name + ": half the bytes on the wire", rank);
+    std::vector<rg::Tensor> sum_abs;  // Σ_r |g_r| / N
+    for (int r = 0; r < n; ++r) {
+      local.zero_grad();
+      rg::nn::cross_entropy(local(X[1].narrow(0, r * B, B)), Y[1].narrow(0, r * B, B)).backward();
+      auto g = grads64(local);
+      for (size_t t = 0; t < g.size(); ++t) {
+        rg::Tensor a = rg::abs(g[t]) * (1.0 / n);
+        if (sum_abs.size() <= t)
+          sum_abs.push_back(a);
+        else
+          sum_abs[t] = sum_abs[t] + a;
+      }
+    }
+    const double C = (1 + k) * (1 + u) + 0x1p-20 / u;  // in units of u·Σ|P_r|
+    std::vector<rg::Tensor> scale;
+    for (rg::Tensor& m : sum_abs) scale.push_back(m * (u * 1.0001));
+    double r = worst_ratio(grads64(hooked_model), grads64(plain_model), scale);
+    if (rank == 0)
+      std::printf("%s: max |hook - float32 DDP| = %.3g u·Σ|P_r| (bound %.2f)\n", name.c_str(), r, C);
+    check(r <= C, name + ": float32 DDP's gradients within 16-bit rounding (" + std::to_string(r) +
+                      " u·Σ|P_r|)",
+          rank);
+    check(n == 1 || r > 0, name + ": the hook did round (not a float32 all-reduce)", rank);
+  }
+
+  {  // --- a model mixing dtypes: one bucket per dtype, each sent in its own dtype
+    struct Mixed : rg::nn::Module {
+      rg::nn::Linear fc1{6, 16}, fc2{16, 4};
+      Mixed() {
+        register_module("fc1", fc1);
+        register_module("fc2", fc2);
+      }
+      rg::Tensor forward(const rg::Tensor& x) override {
+        return fc2(rg::gelu(fc1(x)).to(rg::kBFloat16)).to(rg::kFloat32);
+      }
+    } model;
+    model.fc2.to(rg::kBFloat16);
+    rg::parallel::DistributedDataParallel ddp(model, comm);
+    bool per_dtype = ddp.num_buckets() == 2;
+    for (size_t i = 0; per_dtype && i < 2; ++i) {
+      auto names = ddp.bucket_parameters(i);
+      const rg::DType dt = ddp.bucket_info(i).dtype;
+      for (const std::string& p : names)
+        per_dtype = per_dtype && (p.starts_with("fc2") == (dt == rg::kBFloat16));
+      per_dtype = per_dtype && names.size() == 2;
+    }
+    check(per_dtype, "a model mixing float32 and bfloat16: one bucket per dtype", rank);
+    rg::nn::cross_entropy(ddp(X[2].narrow(0, rank * B, B)), Y[2].narrow(0, rank * B, B)).backward();
+    check(model.fc1.weight.grad().dtype() == rg::kFloat32 &&
+              model.fc2.weight.grad().dtype() == rg::kBFloat16,
+          "mixed dtypes: each gradient in its parameter's dtype", rank);
   }
 
   return mpi_test::report(rank, n);
