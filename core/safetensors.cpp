@@ -58,18 +58,40 @@ using File = std::unique_ptr<FILE, FileCloser>;
 
 // ---------------------------------------------------------------- dtypes
 
-// The format's name for each dtype ringgrad has (all of them, today).
+// The format's name for each dtype ringgrad has (all of them, today). BF16 and F16
+// are 2-byte little-endian words holding the bit patterns of core/half.h, as PyTorch
+// writes them: the bytes go to and from the tensor unchanged.
 const DTypeTable<std::string>& safetensors_types() {
   static const DTypeTable<std::string> table(
-      "safetensors", {{kFloat32, "F32"}, {kFloat64, "F64"}, {kInt64, "I64"}, {kBool, "BOOL"}});
+      "safetensors", {{kFloat32, "F32"},
+                      {kFloat64, "F64"},
+                      {kInt64, "I64"},
+                      {kBool, "BOOL"},
+                      {kBFloat16, "BF16"},
+                      {kFloat16, "F16"}});
   return table;
+}
+
+// "F32, F64, I64, BOOL, BF16 or F16": the names a file may use, for error messages.
+const std::string& supported_names() {
+  static const std::string names = [] {
+    std::vector<std::string> all;
+    for (const DTypeInfo& info : kDTypeInfo)
+      if (safetensors_types().has(info.dtype)) all.push_back(safetensors_types()(info.dtype));
+    std::string text;
+    for (size_t i = 0; i < all.size(); ++i)
+      text += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + all[i];
+    return text;
+  }();
+  return names;
 }
 
 // Dtypes the format defines but ringgrad has no tensor type for.
 bool is_other_safetensors_dtype(const std::string& s) {
-  static const std::set<std::string> others = {
-      "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",
-      "I8",  "I16",  "I32",     "U8",      "U16",     "U32",     "U64",     "C64"};
+  static const std::set<std::string> others = {"F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3",
+                                               "F6_E3M2", "F4",      "I8",      "I16",
+                                               "I32",     "U8",      "U16",     "U32",
+                                               "U64",     "C64"};
   return others.count(s) > 0;
 }
 
@@ -134,6 +156,18 @@ void sync_directory(const std::string& path, const std::string& dir) {
 }
 
 }  // namespace
+
+NamedTensors to(const NamedTensors& tensors, DType dtype) {
+  RG_CHECK(is_floating(dtype), "to",
+           "expected a floating dtype (float32, float64, bfloat16 or float16) for a state dict, "
+           "got ",
+           dtype);
+  NamedTensors out;
+  out.reserve(tensors.size());
+  for (const auto& [name, t] : tensors)
+    out.emplace_back(name, t.defined() && is_floating(t.dtype()) ? t.detach().to(dtype) : t);
+  return out;
+}
 
 void save_safetensors(const NamedTensors& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata) {
@@ -246,9 +280,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   const std::string dtype_text = dtype.get<std::string>();
   std::optional<DType> parsed = safetensors_types().find(dtype_text);
   if (!parsed && is_other_safetensors_dtype(dtype_text))
-    bad_file(path, who, "dtype ", dtype_text, " is not supported (expected F32, F64, I64 or BOOL)");
+    bad_file(path, who, "dtype ", dtype_text, " is not supported (expected ", supported_names(),
+             ")");
   if (!parsed)
-    bad_file(path, who, "unknown dtype '", dtype_text, "' (expected F32, F64, I64 or BOOL)");
+    bad_file(path, who, "unknown dtype '", dtype_text, "' (expected ", supported_names(), ")");
   e.dtype = *parsed;
 
   const Json& shape = value["shape"];

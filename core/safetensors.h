@@ -3,6 +3,7 @@
 //   rg::save_safetensors({{"w", w}, {"b", b}}, "model.safetensors", {{"epoch", "3"}});
 //   std::map<std::string, std::string> meta;
 //   rg::NamedTensors loaded = rg::load_safetensors("model.safetensors", &meta);
+//   rg::save_safetensors(rg::to(model.state_dict(), rg::kBFloat16), "model-bf16.safetensors");
 //
 // The format (https://github.com/huggingface/safetensors) is simple enough to
 // read with a hex dump:
@@ -14,7 +15,12 @@
 //   [rest]     the byte buffer: each tensor's elements, row-major, little-endian,
 //              at [begin, end) counted from the start of the buffer
 //
-// ringgrad reads and writes the dtypes it has: F32, F64, I64 and BOOL.
+// ringgrad reads and writes the dtypes it has: F32, F64, I64, BOOL, BF16 and F16
+// (bfloat16 and float16 as 2-byte little-endian bit patterns, exactly as PyTorch's
+// safetensors writes them, so a bf16 checkpoint from PyTorch loads as kBFloat16).
+// A tensor is saved in its own dtype; to save a float32 model in bf16, convert its
+// state dict with to() below. Loading gives each tensor the file's dtype; nn::load
+// converts it into the module's (see load_state_dict in nn/module.h).
 // Saving is atomic (a temporary file, fsync, then rename), so a crash mid-save
 // leaves the previous checkpoint intact. Loading checks the whole file and
 // reports any damage as a ringgrad::Error naming the file; a path that is not a
@@ -37,6 +43,16 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // replacing any file already there only once the new one is fully on disk.
 void save_safetensors(const NamedTensors& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata = {});
+
+// A copy of `tensors` with every floating tensor converted to `dtype` (float32,
+// float64, bfloat16 or float16; rounding to nearest even) and every other one
+// (int64 step counts, bool masks) as it is: what model.to(torch.bfloat16) does to
+// a state dict, without changing the model. A PyTorch user writes
+//   save_file({k: v.to(torch.bfloat16) for k, v in sd.items()}, path)
+// and here
+//   rg::save_safetensors(rg::to(model.state_dict(), rg::kBFloat16), path);
+// A tensor already in `dtype` is shared, not copied. A non-floating `dtype` throws.
+NamedTensors to(const NamedTensors& tensors, DType dtype);
 
 // Reads every tensor in `path` onto the CPU, in the order they lie in the file.
 // When `metadata` is given, it receives the file's "__metadata__" (empty if none).

@@ -12,6 +12,7 @@
 #include <ringgrad/optim/schedule.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -91,6 +92,11 @@ void safetensors_seeds(const fs::path& dir) {
                         {"scalar", rg::scalar_tensor(7)},
                         {"none", rg::zeros({0, 4})}},
                        (dir / "dtypes.safetensors").string());
+  // bfloat16 and float16, as PyTorch writes them; the float16 one holds -0, inf, NaN and
+  // the smallest subnormal.
+  rg::Tensor half = rg::from_vector<float>({-0.0f, INFINITY, NAN, 6e-8f}, {4}).to(rg::kFloat16);
+  rg::save_safetensors({{"w", rg::arange(6).reshape({2, 3}).to(rg::kBFloat16)}, {"h", half}},
+                       (dir / "bf16-f16.safetensors").string(), {{"format", "pt"}});
   std::string two = read_bytes(dir / "two-tensors.safetensors");
   write_bytes(dir / "bad-truncated.safetensors", two.substr(0, two.size() - 5));
   write_bytes(dir / "bad-header-cut.safetensors", two.substr(0, 40));
@@ -100,6 +106,9 @@ void safetensors_seeds(const fs::path& dir) {
                           std::string(12, '\0')));
   write_bytes(dir / "bad-json.safetensors",
               safetensors(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", "abcd"));
+  write_bytes(dir / "bad-bf16-length.safetensors",  // 2 bf16 values need 4 bytes, not 8
+              safetensors(R"({"w":{"dtype":"BF16","shape":[2],"data_offsets":[0,8]}})",
+                          std::string(8, '\0')));
   write_bytes(dir / "bad-length.safetensors", std::string("\xff\xff\xff\xff\x00\x00\x00\x00{}", 10));
 }
 
