@@ -27,5 +27,6 @@
 #include "ringgrad/nn/module.h"
 #include "ringgrad/nn/transformer.h"
 #include "ringgrad/optim/checkpoint.h"
+#include "ringgrad/optim/grad_scaler.h"
 #include "ringgrad/optim/optimizer.h"
 #include "ringgrad/optim/schedule.h"

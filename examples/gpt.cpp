@@ -55,10 +55,20 @@
 // --max-steps N stops after step N (the schedule still spans --steps), to resume later.
 // --trace FILE.json writes a Chrome trace of one step: FSDP's all-gathers and
 // reduce-scatters, DDP's buckets or the ring's K/V transfers on each rank's comm track.
+//
+// --precision bf16|fp16: PyTorch's AMP recipe (examples/precision.h): forward and loss (and
+// the validation loss) under rg::autocast, the float32 parameters as master weights; fp16
+// adds a GradScaler, unscaled before clipping. Under zero1/zero2/fsdp each rank unscales
+// only the gradients it steps on, so the ranks agree on skipping a step through
+// parallel/grad_scaler_sync.h (an all-reduce of the inf/NaN flag); ddp's averaged
+// gradients agree already. Not with --tp or --pp above 1 (the pipeline runs backward inside
+// its schedule; refused). --comm-hook bf16|fp16 sends DDP's gradient buckets in 16 bits
+// (ddp and zero1, which use DDP). Both are printed at the end of the RESULT line.
 #include <ringgrad/parallel/context_parallel.h>
 #include <ringgrad/parallel/ddp.h>
 #include <ringgrad/parallel/device_mesh.h>
 #include <ringgrad/parallel/fsdp.h>
+#include <ringgrad/parallel/grad_scaler_sync.h>
 #include <ringgrad/parallel/pipeline.h>
 #include <ringgrad/parallel/tensor_parallel.h>
 #include <ringgrad/parallel/world.h>
@@ -74,6 +84,7 @@
 #include "gpt_text.h"
 #include "metrics_log.h"
 #include "parse_on_every_rank.h"
+#include "precision.h"
 #include "progress_bar.h"
 #include <cmath>
 #include <cstdio>
@@ -283,6 +294,22 @@ struct Groups {
 
 // ---------------------------------------------------------------- the strategies
 
+// ZeRO's step as an optim::Optimizer over this rank's own parameters (torch's
+// ZeroRedundancyOptimizer is an Optimizer; ours is not), so that a GradScaler unscales
+// exactly the gradients this rank steps on and runs step() — update, then broadcast from
+// the owners — only when no rank found an inf/NaN.
+class ZeroStep : public rg::optim::Optimizer {
+ public:
+  explicit ZeroStep(par::ZeroRedundancyOptimizer& zero)
+      : Optimizer({{zero.local_parameters(), {}}}, 0.0, 0.0), zero_(zero) {}
+  void step() override { zero_.step(); }
+  std::string name() const override { return "ZeroStep"; }
+  std::vector<StateBuffer> state_buffers() const override { return {}; }
+
+ private:
+  par::ZeroRedundancyOptimizer& zero_;
+};
+
 // The model under one strategy: the forward to call, the optimizer to step, and
 // how to clip, save and load — the only places the four differ.
 struct Trainer {
@@ -299,10 +326,19 @@ struct Trainer {
   std::unique_ptr<par::Pipeline> pipeline;
   std::vector<std::pair<rg::Tensor, bool>> counted;
   const Groups* groups = nullptr;
+  // --precision: the autocast region of forward and loss; fp16's GradScaler (disabled
+  // otherwise). Where each rank unscales only its own gradients (zero1, zero2, fsdp) the
+  // ranks agree on skipping a step: an all-reduce of the inf/NaN flag.
+  Precision precision;
+  rg::optim::GradScaler scaler;
+  std::unique_ptr<ZeroStep> zero_step;  // fp16 under ZeRO: its step, as an Optimizer
 
   Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr, const Groups& g,
-          int64_t micro_batches)
-      : strategy(s), model(m), comm(c) {
+          int64_t micro_batches, const Precision& p, par::DDPCommHook comm_hook)
+      : strategy(s), model(m), comm(c), precision(p),
+        scaler(rg::optim::GradScalerOptions{
+            .enabled = p.scaled(),
+            .agree = s == "ddp" ? rg::optim::GradScalerOptions::Agree{} : par::found_inf_all_reduce(c)}) {
     auto make = [lr](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
       return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
     };
@@ -324,11 +360,13 @@ struct Trainer {
       }
       return;
     }
-    if (s == "ddp" || s == "zero1") ddp = std::make_unique<par::DistributedDataParallel>(m, c);
+    if (s == "ddp" || s == "zero1")
+      ddp = std::make_unique<par::DistributedDataParallel>(m, c, par::DDPOptions{.comm_hook = comm_hook});
     if (s == "ddp") adamw = make(m.parameters());
     if (s == "zero1" || s == "zero2")
       zero = std::make_unique<par::ZeroRedundancyOptimizer>(m.parameters(), c, make,
                                                             par::ZeroOptions{.stage = s == "zero1" ? 1 : 2});
+    if (zero && p.scaled()) zero_step = std::make_unique<ZeroStep>(*zero);
     if (s == "fsdp") {
       fsdp = std::make_unique<par::FullyShardedDataParallel>(
           m, c, par::FSDPOptions{.auto_wrap_policy = par::wrap_modules_of_type<Block>()});
@@ -352,8 +390,12 @@ struct Trainer {
   // Forward and backward of this rank's part of a batch; its mean loss.
   double train_step(const rg::Tensor& tokens, const rg::Tensor& targets) {
     if (!pipeline) {
-      rg::Tensor loss = loss_of(tokens, targets);
-      loss.backward();
+      rg::Tensor loss;
+      {
+        rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());  // off for fp32
+        loss = loss_of(tokens, targets);
+      }
+      scaler.scale(loss).backward();  // fp32/bf16: loss.backward()
       return loss.item();
     }
     const double loss = pipeline->forward_backward(tokens, targets, vocab_parallel_loss());
@@ -371,6 +413,7 @@ struct Trainer {
   double eval_step(const rg::Tensor& tokens, const rg::Tensor& targets) {
     if (pipeline) return pipeline->evaluate(tokens, targets, vocab_parallel_loss());
     rg::NoGradGuard no_grad;
+    rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());
     return loss_of(tokens, targets).item();
   }
   double clip(double max_norm) {
@@ -385,11 +428,18 @@ struct Trainer {
       rg::optim::scale_grads_to_norm(stage->parameters(), norm, max_norm);
       return norm;
     }
+    scaler.unscale_(zero_step ? *zero_step : zero ? zero->local_optimizer() : *adamw);  // fp16 only
     if (fsdp) return fsdp->clip_grad_norm_(max_norm);
     if (zero) return zero->clip_grad_norm_(max_norm);
     return rg::optim::clip_grad_norm(model.parameters(), max_norm);
   }
-  void step() { zero ? zero->step() : adamw->step(); }
+  // fp32/bf16 (scaler disabled): zero->step() or adamw->step(); fp16: skipped on inf/NaN.
+  void step() {
+    if (zero_step) scaler.step(*zero_step);
+    else if (zero) zero->step();
+    else scaler.step(*adamw);
+    scaler.update();
+  }
   void zero_grad() { zero ? zero->zero_grad() : adamw->zero_grad(); }
 
   // The whole model and optimizer state, on rank 0, in the form an unsharded model
@@ -505,6 +555,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "model initialisation and data order");
   ckpt.add_options(app);
   app.add_option("--trace", trace_path, "write a Chrome trace of the third step to FILE.json");
+  Precision precision;  // --precision fp32|bf16|fp16 (precision.h)
+  precision.add_options(app);
+  CommHookOption comm_hook;  // --comm-hook none|bf16|fp16 (precision.h)
+  comm_hook.add_options(app);
   if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return par::main_guard(world, [&] {
@@ -531,6 +585,12 @@ int main(int argc, char** argv) {
              "(the tensor-parallel blocks are GPT-2's), got --norm ", config.norm, " --pos ", config.pos,
              " --mlp ", config.mlp, " --kv-heads ", config.kv_heads, " with --tp ", tp, " --pp ", pp);
     RG_CHECK(!prompt.empty(), "gpt", "expected a non-empty --prompt");
+    RG_CHECK(!precision.mixed() || (tp == 1 && pp == 1), "gpt", "expected --precision fp32 with --tp or --pp "
+             "above 1 (the pipeline runs backward inside its schedule; not yet), got --precision ",
+             precision.name);
+    RG_CHECK(comm_hook.name == "none" || ((strategy == "ddp" || strategy == "zero1") && tp == 1 && pp == 1),
+             "gpt", "expected --comm-hook none unless DDP averages the gradients (--strategy ddp or zero1, "
+             "no --tp/--pp), got --comm-hook ", comm_hook.name, " with --strategy ", strategy);
     ckpt.check();
     RG_CHECK((tp == 1 && pp == 1) || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
              "expected no --save or --resume with --tp or --pp above 1 (not yet)");
@@ -550,7 +610,8 @@ int main(int argc, char** argv) {
     const double unigram = unigram_loss(text.val);
     rg::manual_seed(seed);  // the same initial model on every rank
     GPT model(config);
-    Trainer trainer(strategy, model, everyone, lr, groups, pp > 1 ? micro_batches : 1);
+    Trainer trainer(strategy, model, everyone, lr, groups, pp > 1 ? micro_batches : 1, precision,
+                    comm_hook.hook());
     rg::optim::WarmupCosine schedule(trainer.optimizer(),
                                      {.warmup_steps = std::max<int64_t>(1, steps / 20),
                                       .total_steps = steps, .min_factor = 0.1});
@@ -561,6 +622,7 @@ int main(int argc, char** argv) {
         {"steps", std::to_string(steps)},          {"global_batch", std::to_string(batch * dp)},
         {"lr", std::to_string(lr)},                {"seed", std::to_string(seed)},
         {"data", data}};
+    if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
     if (!config.gpt2()) {  // the architecture (only when not GPT-2's: older checkpoints still match)
       run["norm"] = config.norm, run["pos"] = config.pos, run["mlp"] = config.mlp;
       run["kv_heads"] = std::to_string(config.kv_heads == 0 ? config.heads : config.kv_heads);
@@ -738,9 +800,10 @@ int main(int argc, char** argv) {
     }
     if (world.is_main())
       std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d tp=%d pp=%d val_loss=%.4f "
-                  "unigram_loss=%.4f tokens_per_s=%.0f\n",
+                  "unigram_loss=%.4f tokens_per_s=%.0f precision=%s comm_hook=%s\n",
                   world.size(), strategy.c_str(), dp, cp, tp, pp, val, unigram,
-                  seconds > 0 ? double(timed_tokens) / seconds : 0.0);
+                  seconds > 0 ? double(timed_tokens) / seconds : 0.0, precision.name.c_str(),
+                  comm_hook.name.c_str());
     return 0;
   });
 }

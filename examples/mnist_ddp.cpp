@@ -9,7 +9,16 @@
 // Each epoch's line has the training loss averaged over every rank's batches, and the test
 // accuracy evaluated in shards: each rank evaluates 1/N of the test set and the counts are
 // summed (examples/metrics.h) — the same number one process evaluating all of it prints.
-// Ends with: RESULT example=mnist_ddp world=N test_acc=… samples_per_s=… (global)
+// Ends with: RESULT example=mnist_ddp world=N test_acc=… samples_per_s=… (global) precision=P
+//
+// --precision bf16|fp16: PyTorch's AMP recipe (examples/precision.h): forward and loss under
+// rg::autocast, backward and the step outside it; the float32 parameters are the master
+// weights, so DDP all-reduces float32 gradients. fp16 adds a GradScaler; DDP's averaged
+// gradients are the same on every rank, so every rank skips the same steps (its agree
+// function, parallel/grad_scaler_sync.h, would be needed only where gradients stay local).
+// --comm-hook bf16|fp16 sends each gradient bucket as 16 bits (DDP's bf16/fp16_compress_hook),
+// with any --precision. A bf16/fp16 checkpoint resumes only under the same --precision;
+// fp16's GradScaler state is not saved in it (the scale restarts at 2^16 on --resume).
 //
 // --log FILE.jsonl writes one JSON line every --log-every steps (default 50) and at each
 // epoch's end (with the test accuracy): step, epoch, loss, samples/s, lr, elapsed seconds
@@ -45,6 +54,7 @@
 #include "metrics.h"
 #include "metrics_log.h"
 #include "parse_on_every_rank.h"
+#include "precision.h"
 #include "progress_bar.h"
 #include "simple_model.h"
 
@@ -71,6 +81,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   LogOptions log_options{.every = 50};  // --log FILE.jsonl --log-every N (metrics_log.h)
   log_options.add_options(app);
+  Precision precision;  // --precision fp32|bf16|fp16 (precision.h)
+  precision.add_options(app);
+  CommHookOption comm_hook;  // --comm-hook none|bf16|fp16 (precision.h)
+  comm_hook.add_options(app);
   if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return rg::parallel::main_guard(world, [&] {
@@ -93,12 +107,15 @@ int main(int argc, char** argv) {
     rg::parallel::DDPOptions ddp_options;
     if (bucket_cap_mb > 0)
       ddp_options.bucket_cap_mb = ddp_options.first_bucket_cap_mb = bucket_cap_mb;
+    ddp_options.comm_hook = comm_hook.hook();
     rg::parallel::DistributedDataParallel ddp(model, world.communicator(), ddp_options);
     rg::optim::Adam opt(model.parameters(), {.lr = recipe.lr});
+    rg::optim::GradScaler scaler({.enabled = precision.scaled()});  // fp16 only
     // What defines this run: a checkpoint resumes only under the same settings.
-    const std::map<std::string, std::string> run{{"batch_size", std::to_string(recipe.batch_size)},
-                                                 {"lr", std::to_string(recipe.lr)},
-                                                 {"seed", std::to_string(recipe.seed)}};
+    std::map<std::string, std::string> run{{"batch_size", std::to_string(recipe.batch_size)},
+                                           {"lr", std::to_string(recipe.lr)},
+                                           {"seed", std::to_string(recipe.seed)}};
+    if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
     const rg::TrainProgress at = ckpt.resume(model, opt, world.size(), run);
     if (!ckpt.resume_path.empty() && world.is_main())
       std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n",
@@ -107,11 +124,14 @@ int main(int argc, char** argv) {
     if (world.is_main())
       std::printf(
           "world %d, per-rank batch %lld (global %lld), %lld steps per epoch, %zu gradient "
-          "bucket(s), device %s, backend %s\n",
+          "bucket(s), device %s, backend %s%s\n",
           world.size(), static_cast<long long>(recipe.batch_size),
           static_cast<long long>(recipe.batch_size * world.size()),
           static_cast<long long>(loader.size()),
-          ddp.num_buckets(), device.str().c_str(), world.communicator().backend_name().c_str());
+          ddp.num_buckets(), device.str().c_str(), world.communicator().backend_name().c_str(),
+          precision.mixed() || comm_hook.name != "none"
+              ? (", precision " + precision.name + ", comm hook " + comm_hook.name).c_str()
+              : "");
 
     // Tracing covers steps [trace_first, trace_end): after warm-up, a bounded number.
     const int64_t trace_first = 2, trace_end = trace_first + trace_steps;
@@ -161,9 +181,14 @@ int main(int argc, char** argv) {
         {
           rg::trace::Span span(rg::trace::enabled() ? "step " + std::to_string(step) : "", "step");
           opt.zero_grad();
-          rg::Tensor loss = rg::nn::cross_entropy(ddp(x.to(device)), y.to(device));
-          loss.backward();  // buckets are all-reduced while this runs
-          opt.step();
+          rg::Tensor loss;
+          {
+            rg::autocast amp(device, precision.dtype(), precision.mixed());  // off for fp32
+            loss = rg::nn::cross_entropy(ddp(x.to(device)), y.to(device));
+          }
+          scaler.scale(loss).backward();  // buckets are all-reduced while this runs
+          scaler.step(opt);               // fp32/bf16: opt.step(); fp16: unless inf/NaN
+          scaler.update();
           loss_meter.add(loss.item());
         }
         samples += x.size(0) * world.size();
@@ -181,7 +206,10 @@ int main(int argc, char** argv) {
       bar.close();
       // Every rank has the same weights: each evaluates its share of the test set.
       MetricsLog::Line line = log_line(epoch);
-      test_acc = accuracy(model, test, device, &comm);
+      {
+        rg::autocast amp(device, precision.dtype(), precision.mixed());
+        test_acc = accuracy(model, test, device, &comm);
+      }
       line["accuracy"] = test_acc;
       log.write(std::move(line));
       rate.restart(static_cast<double>(samples));  // the next interval: training time only
@@ -197,8 +225,10 @@ int main(int argc, char** argv) {
     }
     finish_trace();  // a run shorter than the traced window
     if (world.is_main())
-      std::printf("RESULT example=mnist_ddp world=%d test_acc=%.4f samples_per_s=%.0f\n",
-                  world.size(), test_acc, static_cast<double>(samples) / seconds);
+      std::printf("RESULT example=mnist_ddp world=%d test_acc=%.4f samples_per_s=%.0f precision=%s "
+                  "comm_hook=%s\n",
+                  world.size(), test_acc, static_cast<double>(samples) / seconds,
+                  precision.name.c_str(), comm_hook.name.c_str());
     return 0;
   });
 }

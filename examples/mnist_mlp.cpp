@@ -8,14 +8,21 @@
 //                       [--threads N] [--data DIR] [--device cpu|cuda|auto]
 //                       [--save PATH [--save-every N]] [--resume PATH] [--max-steps N]
 //                       [--trace FILE.json [--trace-steps 20]] [--log FILE.jsonl [--log-every 50]]
+//                       [--precision fp32|bf16|fp16]
 //
+// --precision bf16|fp16 trains with PyTorch's AMP recipe (examples/precision.h): forward
+// and loss under rg::autocast (the linears in 16 bits, the loss in float32), the float32
+// parameters as master weights; fp16 adds a GradScaler. The test accuracy is evaluated under
+// the same autocast. fp32 (the default) is the plain float32 run. A bf16/fp16 checkpoint
+// resumes only under the same --precision; fp16's GradScaler state is not saved in it (the
+// scale restarts at 2^16 on --resume).
 // --save writes one checkpoint file (model, Adam state, the epoch and batch reached, the
 // generator) at the end and every --save-every steps; --resume continues from it exactly:
 // killed at any step and resumed, the run ends with the same bits as an uninterrupted one
 // (examples/checkpointing.h, tests/check_resume.sh).
 // Shows progress within each epoch (a bar on a terminal, plain lines otherwise:
 // examples/progress_bar.h), train loss and test accuracy per epoch,
-// and ends with: RESULT example=mnist_mlp epochs=E test_acc=… samples_per_s=…
+// and ends with: RESULT example=mnist_mlp epochs=E test_acc=… samples_per_s=… precision=P
 // --log FILE.jsonl writes a JSON line every --log-every steps and at each epoch's end (with
 // the test accuracy): step, epoch, loss, samples/s, lr, elapsed_s (examples/metrics_log.h).
 // --trace writes a Chrome trace of a few steps after 2 warm-up steps (forward, backward
@@ -32,6 +39,7 @@
 #include "checkpointing.h"
 #include "metrics.h"
 #include "metrics_log.h"
+#include "precision.h"
 #include "progress_bar.h"
 #include "simple_model.h"
 
@@ -55,6 +63,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   LogOptions log_options{.every = 50};  // --log FILE.jsonl --log-every N (metrics_log.h)
   log_options.add_options(app);
+  Precision precision;  // --precision fp32|bf16|fp16 (precision.h)
+  precision.add_options(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -72,19 +82,22 @@ int main(int argc, char** argv) {
     SimpleModel model;
     model.to(device);  // before the optimizer: its state is created next to the parameters
     rg::optim::Adam opt(model.parameters(), {.lr = lr});
+    rg::optim::GradScaler scaler({.enabled = precision.scaled()});  // fp16 only
     // What defines this run: a checkpoint resumes only under the same settings.
-    const std::map<std::string, std::string> run{{"batch_size", std::to_string(batch_size)},
-                                                 {"lr", std::to_string(lr)},
-                                                 {"seed", std::to_string(seed)}};
+    std::map<std::string, std::string> run{{"batch_size", std::to_string(batch_size)},
+                                           {"lr", std::to_string(lr)},
+                                           {"seed", std::to_string(seed)}};
+    if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
     const rg::TrainProgress at = ckpt.resume(model, opt, /*world_size=*/1, run);
     if (!ckpt.resume_path.empty())
       std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n",
                   ckpt.resume_path.c_str(), static_cast<long long>(at.step),
                   static_cast<long long>(at.epoch + 1), static_cast<long long>(at.batch));
-    std::printf("model: %lld parameters on %s, %lld train / %lld test samples, %d thread(s)\n",
+    std::printf("model: %lld parameters on %s, %lld train / %lld test samples, %d thread(s)%s\n",
                 static_cast<long long>(model.num_parameters()), device.str().c_str(),
                 static_cast<long long>(train.size()), static_cast<long long>(test.size()),
-                rg::get_num_threads());
+                rg::get_num_threads(),
+                precision.mixed() ? (", precision " + precision.name).c_str() : "");
 
     ProgressBar bar;  // a bar on a terminal, plain lines otherwise
     LossMeter loss_meter;  // mean loss per log interval and per epoch (metrics.h)
@@ -128,9 +141,14 @@ int main(int argc, char** argv) {
           rg::trace::Span span(rg::trace::enabled() ? "step " + std::to_string(global_step) : "",
                                "step");
           opt.zero_grad();
-          rg::Tensor loss = rg::nn::cross_entropy(model(x.to(device)), y.to(device));
-          loss.backward();
-          opt.step();
+          rg::Tensor loss;
+          {
+            rg::autocast amp(device, precision.dtype(), precision.mixed());  // off for fp32
+            loss = rg::nn::cross_entropy(model(x.to(device)), y.to(device));
+          }
+          scaler.scale(loss).backward();  // fp32/bf16: loss.backward()
+          scaler.step(opt);               // fp32/bf16: opt.step()
+          scaler.update();
           loss_meter.add(loss.item());
         }
         samples += x.size(0);
@@ -148,7 +166,10 @@ int main(int argc, char** argv) {
       rg::cuda::synchronize();  // GPU work is asynchronous: finish it before reading the clock
       bar.close();
       MetricsLog::Line line = log_line(epoch);
-      test_acc = accuracy(model, test, device);
+      {
+        rg::autocast amp(device, precision.dtype(), precision.mixed());
+        test_acc = accuracy(model, test, device);
+      }
       line["accuracy"] = test_acc;
       log.write(std::move(line));
       rate.restart(static_cast<double>(samples));  // the next interval: training time only
@@ -164,8 +185,10 @@ int main(int argc, char** argv) {
       }
     }
     finish_trace();  // a run shorter than the traced window
-    std::printf("RESULT example=mnist_mlp epochs=%d test_acc=%.4f samples_per_s=%.0f\n", epochs,
-                test_acc, train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0);
+    std::printf("RESULT example=mnist_mlp epochs=%d test_acc=%.4f samples_per_s=%.0f precision=%s\n",
+                epochs, test_acc,
+                train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0,
+                precision.name.c_str());
   } catch (const rg::Error& e) {
     std::fprintf(stderr, "mnist_mlp: %s\n", e.what());
     return 1;

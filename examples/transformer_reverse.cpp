@@ -17,6 +17,7 @@
 //                                 [--layers 2] [--lr 1e-3] [--seed 0] [--threads N]
 //                                 [--save PATH [--save-every N]] [--resume PATH] [--max-steps N]
 //                                 [--log FILE.jsonl [--log-every 50]]
+//                                 [--precision fp32|bf16|fp16]
 // --save/--resume: one checkpoint file (model, AdamW, the schedule, both generators, the
 // step); a resumed run continues exactly (examples/checkpointing.h). --steps is the
 // schedule's length; --max-steps stops earlier, to resume later.
@@ -24,7 +25,13 @@
 // the mean loss of the last log interval; --log FILE.jsonl writes a JSON line every
 // --log-every steps (step, loss, tokens/s, lr, elapsed_s) and a last one with the held-out
 // exact match as "accuracy" (examples/metrics_log.h).
-// Ends with: RESULT example=transformer_reverse exact_match=… tokens_per_s=…
+// --precision bf16|fp16: PyTorch's AMP recipe (examples/precision.h): the forward, the loss
+// and the greedy decoding under rg::autocast (the attention and the linears in 16 bits,
+// layer norms, softmax and the loss in float32), backward, clipping and AdamW outside it on
+// the float32 master weights; fp16 adds a GradScaler (unscale_ before clipping, as in
+// PyTorch). A bf16/fp16 checkpoint resumes only under the same --precision; fp16's
+// GradScaler state is not saved in it (the scale restarts at 2^16 on --resume).
+// Ends with: RESULT example=transformer_reverse exact_match=… tokens_per_s=… precision=P
 #include <ringgrad/ringgrad.h>
 
 #include <CLI/CLI.hpp>
@@ -35,6 +42,7 @@
 #include "checkpointing.h"
 #include "metrics.h"
 #include "metrics_log.h"
+#include "precision.h"
 #include "progress_bar.h"
 
 namespace rg = ringgrad;
@@ -171,6 +179,8 @@ int main(int argc, char** argv) {
   ckpt.add_options(app);
   LogOptions log_options{.every = 50};  // --log FILE.jsonl --log-every N (metrics_log.h)
   log_options.add_options(app);
+  Precision precision;  // --precision fp32|bf16|fp16 (precision.h)
+  precision.add_options(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -181,14 +191,16 @@ int main(int argc, char** argv) {
     rg::optim::AdamW opt(rg::optim::weight_decay_groups(model.named_parameters(), 0.01),
                          {.lr = lr, .beta2 = 0.98, .weight_decay = 0.01});
     rg::optim::WarmupCosine schedule(opt, {.warmup_steps = steps / 10, .total_steps = steps});
+    rg::optim::GradScaler scaler({.enabled = precision.scaled()});  // fp16 only
     rg::Generator data_gen(seed + 1), eval_gen(seed + 1000003);  // disjoint streams
     Batch held_out = make_batch(eval_size, eval_gen);
     // What defines this run: a checkpoint resumes only under the same settings.
-    const std::map<std::string, std::string> run{
+    std::map<std::string, std::string> run{
         {"steps", std::to_string(steps)},     {"batch_size", std::to_string(batch_size)},
         {"d_model", std::to_string(d_model)}, {"layers", std::to_string(layers)},
         {"lr", std::to_string(lr)},           {"dropout", std::to_string(dropout)},
         {"clip", std::to_string(clip)},       {"seed", std::to_string(seed)}};
+    if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
     rg::Checkpoint loaded;
     const rg::TrainProgress at = ckpt.resume(model, opt, 1, run, &schedule, &loaded);
     if (!ckpt.resume_path.empty()) {
@@ -202,10 +214,11 @@ int main(int argc, char** argv) {
     auto save = [&](int64_t step) {
       ckpt.save(model, opt, {.step = step}, 1, run, &schedule, {{"data", data_gen}});
     };
-    std::printf("model: %lld parameters, d_model %lld, %lld+%lld layers, %d thread(s)\n",
+    std::printf("model: %lld parameters, d_model %lld, %lld+%lld layers, %d thread(s)%s\n",
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(d_model),
                 static_cast<long long>(layers), static_cast<long long>(layers),
-                rg::get_num_threads());
+                rg::get_num_threads(),
+                precision.mixed() ? (", precision " + precision.name).c_str() : "");
 
     int64_t tokens = 0;
     double seconds = 0;
@@ -226,12 +239,18 @@ int main(int argc, char** argv) {
       auto start = std::chrono::steady_clock::now();
       Batch b = make_batch(batch_size, data_gen);
       opt.zero_grad();
-      rg::Tensor logits = model.decode(model.encode(b), b.tgt_in, b.src_pad, b.tgt_pad);
-      rg::Tensor loss = rg::nn::cross_entropy(logits.reshape({-1, kVocab}),
-                                              b.tgt_out.reshape({-1}), {.ignore_index = kPad});
-      loss.backward();
+      rg::Tensor loss;
+      {
+        rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());  // off for fp32
+        rg::Tensor logits = model.decode(model.encode(b), b.tgt_in, b.src_pad, b.tgt_pad);
+        loss = rg::nn::cross_entropy(logits.reshape({-1, kVocab}), b.tgt_out.reshape({-1}),
+                                     {.ignore_index = kPad});
+      }
+      scaler.scale(loss).backward();  // fp32/bf16: loss.backward()
+      scaler.unscale_(opt);           // clip the true gradients (fp32/bf16: nothing to do)
       rg::optim::clip_grad_norm(model.parameters(), clip);
-      opt.step();
+      scaler.step(opt);  // fp32/bf16: opt.step(); fp16: skipped when a gradient is inf/NaN
+      scaler.update();
       schedule.step();
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       tokens += b.tokens;
@@ -248,15 +267,19 @@ int main(int argc, char** argv) {
     }
     MetricsLog::Line line = log_line(std::max(last, at.step));
     auto eval_start = std::chrono::steady_clock::now();
-    double match = exact_match(model, held_out);
+    double match = 0;
+    {
+      rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());
+      match = exact_match(model, held_out);
+    }
     double eval_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count();
     line["accuracy"] = match;  // exact match of whole strings, greedy decoding
     log.write(std::move(line));
     std::printf("held-out: %lld strings, greedy decoding in %.1f s, exact match %.4f\n",
                 static_cast<long long>(eval_size), eval_seconds, match);
-    std::printf("RESULT example=transformer_reverse exact_match=%.4f tokens_per_s=%.0f\n", match,
-                seconds > 0 ? double(tokens) / seconds : 0.0);
+    std::printf("RESULT example=transformer_reverse exact_match=%.4f tokens_per_s=%.0f precision=%s\n",
+                match, seconds > 0 ? double(tokens) / seconds : 0.0, precision.name.c_str());
   } catch (const rg::Error& e) {
     std::fprintf(stderr, "transformer_reverse: %s\n", e.what());
     return 1;
