@@ -5,13 +5,23 @@
 // runs the layer forward, backpropagates a fixed random upstream gradient and
 // clears the gradients (no optimizer: this times the layer).
 //
-//   build/bin/bench_transformer [--threads N] [--steps 20]   (or RINGGRAD_NUM_THREADS=N)
-// Prints: RESULT bench=transformer threads=N tokens_per_s=… gflops=… peak_rss_mb=…
+// --precision bf16|fp16: the layer and its input in that dtype, so every activation is
+// 16-bit (an optimizer would keep float32 master weights: optim/optimizer.h);
+// --autocast bf16|fp16: the layer stays float32 and runs under rg::autocast (PyTorch's AMP).
+// peak_tensor_mb is the most tensor memory alive at once during the timed steps
+// (memory_stats: activations, gradients, parameters, scratch), whatever the precision.
+//
+//   build/bin/bench_transformer [--threads N] [--steps 20] [--precision fp32|bf16|fp16]
+//                               [--autocast off|bf16|fp16]   (or RINGGRAD_NUM_THREADS=N)
+// Prints: RESULT bench=transformer threads=N precision=… autocast=… tokens_per_s=… gflops=…
+//         ms_per_step=… peak_rss_mb=… peak_tensor_mb=…
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <string>
 
 #include <ringgrad/ringgrad.h>
 
@@ -26,22 +36,38 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
   app.add_option("--seq", seq, "sequence length")->check(CLI::PositiveNumber);
   app.add_option("--batch", batch, "batch size")->check(CLI::PositiveNumber);
+  const std::map<std::string, rg::DType> dtypes{
+      {"fp32", rg::kFloat32}, {"bf16", rg::kBFloat16}, {"fp16", rg::kFloat16}};
+  std::string precision = "fp32", autocast = "off";
+  app.add_option("--precision", precision, "dtype of the layer and its activations")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--autocast", autocast, "run the float32 layer under rg::autocast")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   CLI11_PARSE(app, argc, argv);
+  const rg::DType dtype = dtypes.at(precision);
   rg::set_num_threads(threads);
   rg::manual_seed(0);
 
   rg::nn::TransformerEncoderLayer layer(
       d_model, nhead, {.dim_feedforward = ff, .dropout = 0.0, .batch_first = true});
-  rg::Tensor x = rg::randn({batch, seq, d_model}).requires_grad_();
-  rg::Tensor upstream = rg::randn({batch, seq, d_model});
+  layer.to(dtype);
+  rg::Tensor x = rg::randn({batch, seq, d_model}).to(dtype).requires_grad_();
+  rg::Tensor upstream = rg::randn({batch, seq, d_model}).to(dtype);
 
   auto step = [&] {
     layer.zero_grad();
     x.set_grad(rg::Tensor());
-    rg::Tensor y = layer(x);
-    y.backward(upstream);
+    rg::Tensor y;
+    if (autocast == "off") {
+      y = layer(x);
+    } else {
+      rg::autocast guard(rg::kCPU, dtypes.at(autocast));
+      y = layer(x);
+    }
+    y.backward(upstream.to(y.dtype()));
   };
   for (int i = 0; i < warmup; ++i) step();
+  rg::reset_peak_memory();
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -53,9 +79,10 @@ int main(int argc, char** argv) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   std::printf(
-      "RESULT bench=transformer threads=%d tokens_per_s=%.0f gflops=%.1f ms_per_step=%.1f "
-      "peak_rss_mb=%.0f\n",
-      threads, tokens * steps / seconds, 3 * fwd * steps / seconds / 1e9, 1e3 * seconds / steps,
-      double(usage.ru_maxrss) / 1024.0);
+      "RESULT bench=transformer threads=%d precision=%s autocast=%s tokens_per_s=%.0f "
+      "gflops=%.1f ms_per_step=%.1f peak_rss_mb=%.0f peak_tensor_mb=%.1f\n",
+      threads, precision.c_str(), autocast.c_str(), tokens * steps / seconds,
+      3 * fwd * steps / seconds / 1e9, 1e3 * seconds / steps, double(usage.ru_maxrss) / 1024.0,
+      double(rg::memory_stats().peak_bytes) / (1024.0 * 1024.0));
   return 0;
 }

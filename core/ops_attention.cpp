@@ -233,12 +233,52 @@ static AttentionOptions in_float32(const AttentionOptions& options) {
   return o;
 }
 
+// The float32 copies are made a few sequences (batch entries) at a time, at most 2^18
+// elements of q per chunk, so they stay small next to the 16-bit activations. Batch
+// entries are independent — except for dropout, whose mask is drawn by pair index: with
+// dropout the call is one chunk.
+static int64_t float32_chunk(const Tensor& q, const AttentionOptions& options) {
+  const int64_t b = q.size(0);
+  if (options.dropout_p > 0 || b <= 1) return b;
+  return std::clamp<int64_t>((int64_t(1) << 18) / std::max<int64_t>(q.numel() / b, 1), 1, b);
+}
+// q, k, v, out, dout (B, H, T, D) and lse (B, H, T): batch entries b0 … b0 + n.
+static Tensor batch_chunk(const Tensor& t, int64_t b, int64_t b0, int64_t n) {
+  return t.defined() && t.dim() >= 1 && t.size(0) == b ? t.narrow(0, b0, n) : t;
+}
+// A mask broadcasts to (B, H, Tq, Tk): only a 4-D one with B entries has a batch dim to cut.
+static AttentionOptions options_chunk(const AttentionOptions& options, int64_t b, int64_t b0,
+                                      int64_t n) {
+  AttentionOptions o = options;
+  if (o.mask.defined() && o.mask.dim() == 4) o.mask = batch_chunk(o.mask, b, b0, n);
+  return o;
+}
+
 AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const AttentionOptions& options) {
   NoGradGuard no_grad;
   if (is_reduced_precision(q.dtype())) {
     detail::check_same_dtype(q, k, kOp);
     detail::check_same_dtype(q, v, kOp);
+    const int64_t b = q.dim() == 4 ? q.size(0) : 1;
+    const int64_t chunk = q.dim() == 4 ? float32_chunk(q, options) : b;
+    if (chunk < b) {
+      AttentionOutput all;
+      for (int64_t b0 = 0; b0 < b; b0 += chunk) {
+        const int64_t n = std::min(chunk, b - b0);
+        auto cut = [&](const Tensor& t) { return batch_chunk(t, b, b0, n); };
+        AttentionOutput r = attention_forward(cut(q), cut(k), cut(v), options_chunk(options, b, b0, n));
+        if (!all.out.defined()) {
+          Shape os = r.out.shape(), ls = r.lse.shape();
+          os[0] = ls[0] = b;
+          all.out = empty(os, detail::options_of(r.out));
+          all.lse = empty(ls, detail::options_of(r.lse));
+        }
+        all.out.narrow(0, b0, n).copy_(r.out);
+        all.lse.narrow(0, b0, n).copy_(r.lse);
+      }
+      return all;
+    }
     AttentionOutput r =
         attention_forward(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), in_float32(options));
     return {r.out.to(q.dtype()), r.lse};
@@ -301,6 +341,21 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   if (is_reduced_precision(q.dtype())) {
     detail::check_same_dtype(q, k, kOp);
     detail::check_same_dtype(q, v, kOp);
+    const int64_t b = q.dim() == 4 ? q.size(0) : 1;
+    const int64_t chunk = q.dim() == 4 ? float32_chunk(q, options) : b;
+    if (chunk < b) {
+      AttentionGrads all{empty_like(q), empty_like(k), empty_like(v)};
+      for (int64_t b0 = 0; b0 < b; b0 += chunk) {
+        const int64_t n = std::min(chunk, b - b0);
+        auto cut = [&](const Tensor& t) { return batch_chunk(t, b, b0, n); };
+        AttentionGrads g = attention_backward(cut(q), cut(k), cut(v), cut(out), cut(lse),
+                                              cut(dout), options_chunk(options, b, b0, n));
+        all.dq.narrow(0, b0, n).copy_(g.dq);
+        all.dk.narrow(0, b0, n).copy_(g.dk);
+        all.dv.narrow(0, b0, n).copy_(g.dv);
+      }
+      return all;
+    }
     auto f = [](const Tensor& t) { return t.to(kFloat32); };
     AttentionGrads g = attention_backward(f(q), f(k), f(v), f(out), f(lse), f(dout),
                                           in_float32(options));

@@ -16,6 +16,7 @@
 // the CPU's elementwise loops, which convert as they load and store).
 //
 // Scratch buffers are Storages, so memory_stats counts them.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -24,6 +25,10 @@
 
 namespace ringgrad {
 namespace {
+
+// The most elements a float32 copy of one large operand holds (4 MiB): GEMMs and
+// reductions bigger than this are staged block by block.
+constexpr int64_t kBlock = int64_t(1) << 20;
 
 // A view's operands are staged whole in one contiguous float32 buffer; a broadcast dim
 // (stride 0) is staged once and keeps stride 0.
@@ -151,12 +156,39 @@ class StagedBackend final : public Backend {
     s.finish();
   }
 
+  // In blocks of [outer, r, inner] (whole outer rows, else columns of inner), so that the
+  // float32 copy of a large input (a bias gradient's sum over every token) stays small.
   void reduce(ReduceOp op, const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r,
               int64_t inner) override {
     if (!any_reduced({&in, &out})) return inner_.reduce(op, in, out, outer, r, inner);
-    Staging s(inner_, device_);
-    inner_.reduce(op, s.in(in), s.out(out), outer, r, inner);
-    s.finish();
+    const int64_t per_outer = std::max<int64_t>(r * inner, 1);
+    const int64_t ob = std::clamp<int64_t>(kBlock / per_outer, 1, std::max<int64_t>(outer, 1));
+    // Columns only into a 16-bit out (staged, so its block is compacted for the kernel; an
+    // int64 out of argmax is written in place and must be whole rows).
+    const int64_t ic = ob > 1 || !is_reduced_precision(out.dtype)
+                           ? inner
+                           : std::clamp<int64_t>(kBlock / std::max<int64_t>(r, 1), 1,
+                                                 std::max<int64_t>(inner, 1));
+    auto block = [](const TensorRef& t, int64_t o0, int64_t os, int64_t rows, int64_t i0,
+                    int64_t is, int64_t row_len) {
+      TensorRef b;  // (os, rows, is) of a contiguous (·, rows, row_len)
+      b.dtype = t.dtype;
+      b.data = static_cast<char*>(t.data) +
+               (o0 * rows * row_len + i0) * static_cast<int64_t>(element_size(t.dtype));
+      b.ndim = 3;
+      b.shape = {os, rows, is};
+      b.strides = {rows * row_len, row_len, 1};
+      return b;
+    };
+    for (int64_t o0 = 0; o0 < outer; o0 += ob)
+      for (int64_t i0 = 0; i0 < inner; i0 += ic) {
+        const int64_t os = std::min(ob, outer - o0), is = std::min(ic, inner - i0);
+        Staging s(inner_, device_);
+        TensorRef x = s.in(block(in, o0, os, r, i0, is, inner));
+        TensorRef y = s.out(block(out, o0, os, 1, i0, is, inner));
+        inner_.reduce(op, x, y, os, r, is);
+        s.finish();
+      }
   }
   void softmax(const TensorRef& in, const TensorRef& out, int64_t outer, int64_t r, int64_t inner,
                bool log) override {
@@ -174,9 +206,54 @@ class StagedBackend final : public Backend {
     s.finish();
   }
 
+  // A 16-bit GEMM runs on float32 copies. A small one is staged whole; a large one in
+  // blocks — one batch entry, up to mb rows of A and C, up to kb of the inner dim — so no
+  // float32 copy holds more than kBlock elements (the copies are scratch next to 16-bit
+  // activations: whole ones would double a large GEMM's memory). C's block stays float32
+  // across the inner dim's blocks and is rounded once.
   void gemm(const GemmArgs& g) override {
     if (!is_reduced_precision(g.dtype) || inner_.native_reduced_precision(Kernel::Gemm))
       return inner_.gemm(g);
+    if (g.batch * g.m * g.k <= kBlock && g.batch * g.k * g.n <= kBlock &&
+        g.batch * g.m * g.n <= kBlock)
+      return gemm_block(g);
+    const int64_t kb = std::clamp<int64_t>(kBlock / std::max<int64_t>(g.n, 1), 1,
+                                           std::max<int64_t>(g.k, 1));
+    const int64_t mb = std::clamp<int64_t>(kBlock / std::max<int64_t>({kb, g.n, 1}), 1,
+                                           std::max<int64_t>(g.m, 1));
+    const int64_t es = static_cast<int64_t>(element_size(g.dtype));
+    auto at = [es](const void* p, int64_t elements) {
+      return static_cast<const char*>(p) + elements * es;
+    };
+    for (int64_t bi = 0; bi < g.batch; ++bi)
+      for (int64_t m0 = 0; m0 < g.m; m0 += mb) {
+        const int64_t rows = std::min(mb, g.m - m0);
+        Staging sc(inner_, device_);
+        TensorRef c0 = matrix(at(g.c, bi * g.c_batch_stride + m0 * g.ldc()), g.dtype, 1, rows,
+                              g.n, 0, g.ldc(), 1);
+        TensorRef c = g.beta != 0.0 ? sc.inout(c0) : sc.out(c0);
+        for (int64_t k0 = 0; k0 == 0 || k0 < g.k; k0 += kb) {
+          const int64_t depth = std::min(kb, g.k - k0);
+          Staging s(inner_, device_);
+          TensorRef a = s.in(matrix(at(g.a, bi * g.a_batch_stride + m0 * g.a_row_stride +
+                                                k0 * g.a_col_stride),
+                                    g.dtype, 1, rows, depth, 0, g.a_row_stride, g.a_col_stride));
+          TensorRef b = s.in(matrix(at(g.b, bi * g.b_batch_stride + k0 * g.b_row_stride), g.dtype,
+                                    1, depth, g.n, 0, g.b_row_stride, g.b_col_stride));
+          GemmArgs f = g;  // alpha kept
+          f.dtype = kFloat32;
+          f.batch = 1, f.m = rows, f.k = depth;
+          f.a = a.data, f.a_batch_stride = 0, f.a_row_stride = depth, f.a_col_stride = 1;
+          f.b = b.data, f.b_batch_stride = 0, f.b_row_stride = g.n, f.b_col_stride = 1;
+          f.c = c.data, f.c_batch_stride = 0, f.c_row_stride = g.n;
+          f.beta = k0 == 0 ? g.beta : 1.0;  // later inner blocks add to the float32 block
+          inner_.gemm(f);
+        }
+        sc.finish();
+      }
+  }
+
+  void gemm_block(const GemmArgs& g) {
     Staging s(inner_, device_);
     TensorRef a = s.in(matrix(g.a, g.dtype, g.batch, g.m, g.k, g.a_batch_stride, g.a_row_stride,
                               g.a_col_stride));
@@ -191,9 +268,9 @@ class StagedBackend final : public Backend {
     f.b = b.data;
     f.b_batch_stride = b.strides[0], f.b_row_stride = b.strides[1], f.b_col_stride = b.strides[2];
     // A (rows, cols) operand staged with stride 0 on a size-1 dim: any stride is right there.
-    if (g.k == 1) f.a_col_stride = 1, f.b_row_stride = g.n;
-    if (g.m == 1) f.a_row_stride = g.k;
-    if (g.n == 1) f.b_col_stride = 1;
+    if (g.k <= 1) f.a_col_stride = 1, f.b_row_stride = g.n;
+    if (g.m <= 1) f.a_row_stride = std::max<int64_t>(g.k, 1);
+    if (g.n <= 1) f.b_col_stride = 1;
     f.c = c.data;
     f.c_batch_stride = g.m * g.n;
     f.c_row_stride = g.n;

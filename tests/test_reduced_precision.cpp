@@ -208,3 +208,36 @@ TEST_CASE("reduced precision: every op of the op table in bfloat16 and float16 i
               "float inputs)\n", runs - failed, runs, without_floats);
   CHECK(runs >= 400);
 }
+
+// Past 2^20 elements an operand's float32 copy is made block by block (GEMM: rows and the
+// inner dim; reductions: outer rows or columns): the same numbers as float32 on the
+// rounded inputs, to float32's summation order (≤ 1 unit of the 16-bit result).
+TEST_CASE("reduced precision: large GEMMs and reductions, staged in blocks, equal float32 rounded") {
+  rg::Generator gen(11);
+  for (rg::DType dt : {rg::kBFloat16, rg::kFloat16}) {
+    CAPTURE(dt);
+    rg::Tensor a = rg::randn({1100, 1030}, {}, &gen).to(dt), b = rg::randn({1030, 1050}, {}, &gen).to(dt);
+    auto check = [&](const rg::Tensor& got, const rg::Tensor& want32) {
+      REQUIRE(got.dtype() == dt);
+      std::vector<double> g = got.to(rg::kFloat64).tolist<double>();
+      std::vector<double> w = want32.to(dt).to(rg::kFloat64).tolist<double>();
+      std::vector<double> w32 = want32.to(rg::kFloat64).tolist<double>();
+      REQUIRE(g.size() == w.size());
+      double m = 0;
+      for (double x : w32) m = std::max(m, std::abs(x));
+      int64_t off = 0;
+      for (size_t i = 0; i < g.size(); ++i) {
+        off += g[i] != w[i];
+        // one rounding to 16 bits, plus float32's summation-order difference (cancellation)
+        REQUIRE(std::abs(g[i] - w32[i]) <= unit_roundoff(dt) * std::abs(w32[i]) + 1e-5 * m);
+      }
+      CHECK(off < int64_t(g.size() / 100));  // rounding-boundary cases only
+    };
+    check(rg::matmul(a, b), rg::matmul(a.to(rg::kFloat32), b.to(rg::kFloat32)));
+    check(rg::matmul(a.t(), a), rg::matmul(a.to(rg::kFloat32).t(), a.to(rg::kFloat32)));
+    check(rg::sum(a, {0}), rg::sum(a.to(rg::kFloat32), {0}));
+    check(rg::sum(a.view({1, 1100, 1030}), {1}), rg::sum(a.to(rg::kFloat32).view({1, 1100, 1030}), {1}));
+    check(rg::amax(b, {1}), rg::amax(b.to(rg::kFloat32), {1}));
+    CHECK(rg::argmax(a, 0).tolist<int64_t>() == rg::argmax(a.to(rg::kFloat32), 0).tolist<int64_t>());
+  }
+}

@@ -14,6 +14,8 @@ void release_cached_memory();
 
 class CpuBackend final : public Backend {
  public:
+  // Elementwise loops convert 16-bit operands as they load and store (elementwise.cpp).
+  bool native_reduced_precision(Kernel k) const override { return k == Kernel::Elementwise; }
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t nbytes) override;
