@@ -15,6 +15,9 @@ bool tf32_allowed();  // runtime.cu
 
 class CudaBackend final : public Backend {
  public:
+  // 16-bit operands: cuBLAS's bfloat16/float16 GEMM with float32 accumulation (gemm.cu),
+  // elementwise kernels that convert as they load and store (elementwise.cu).
+  bool native_reduced_precision(Kernel) const override { return true; }
   // memory and copies: runtime.cu; elementwise: elementwise.cu; reductions,
   // softmax, cross-entropy: reduce.cu; GEMM: gemm.cu; index ops and Adam: index.cu
   void* allocate(size_t nbytes) override;

@@ -29,6 +29,27 @@ __global__ void binary_kernel(StridedView a, StridedView b, StridedView out, int
   RG_GRID_LOOP(i, n) out.at<Out>(i) = math::apply_binary<Op>(a.at<T>(i), b.at<T>(i));
 }
 
+// 16-bit operands (S = BFloat16 or Float16): loaded as float, the float32 math, one rounding.
+template <UnaryOp Op, typename S>
+__global__ void reduced_unary_kernel(StridedView in, StridedView out, int64_t n, float p0,
+                                     float p1) {
+  RG_GRID_LOOP(i, n) out.at<S>(i) = S(math::apply_unary<Op>(float(in.at<S>(i)), p0, p1));
+}
+
+template <BinaryOp Op, typename S, typename Out>
+__global__ void reduced_binary_kernel(StridedView a, StridedView b, StridedView out, int64_t n) {
+  RG_GRID_LOOP(i, n)
+  out.at<Out>(i) = static_cast<Out>(math::apply_binary<Op>(float(a.at<S>(i)), float(b.at<S>(i))));
+}
+
+template <typename F>
+void dispatch_reduced(DType t, F&& f) {
+  if (t == kBFloat16)
+    f.template operator()<BFloat16>();
+  else
+    f.template operator()<Float16>();
+}
+
 template <typename T>
 __global__ void where_kernel(StridedView cond, StridedView a, StridedView b, StridedView out,
                              int64_t n) {
@@ -86,6 +107,16 @@ void CudaBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, d
                         double p1) {
   int64_t n = out.numel();
   if (n == 0) return;
+  if (is_reduced_precision(in.dtype)) {
+    dispatch_unary(op, [&]<UnaryOp Op>() {
+      dispatch_reduced(in.dtype, [&]<typename S>() {
+        reduced_unary_kernel<Op, S><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
+            view(in), view(out), n, static_cast<float>(p0), static_cast<float>(p1));
+      });
+    });
+    RG_CUDA_CHECK_LAUNCH();
+    return;
+  }
   dispatch_unary(op, [&]<UnaryOp Op>() {
     auto run = [&]<typename T>() {
       unary_kernel<Op, T><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
@@ -100,6 +131,18 @@ void CudaBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
                          const TensorRef& out) {
   int64_t n = out.numel();
   if (n == 0) return;
+  if (is_reduced_precision(a.dtype)) {
+    dispatch_binary(op, [&]<BinaryOp Op>() {
+      dispatch_reduced(a.dtype, [&]<typename S>() {
+        using R = decltype(math::apply_binary<Op>(0.0f, 0.0f));  // bool for comparisons
+        using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
+        reduced_binary_kernel<Op, S, Out>
+            <<<blocks_for(n), kBlock, 0, compute_stream()>>>(view(a), view(b), view(out), n);
+      });
+    });
+    RG_CUDA_CHECK_LAUNCH();
+    return;
+  }
   dispatch_binary(op, [&]<BinaryOp Op>() {
     auto run = [&]<typename T>() {
       using Out = decltype(math::apply_binary<Op>(T(), T()));

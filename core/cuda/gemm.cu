@@ -25,13 +25,16 @@ void CudaBackend::gemm(const GemmArgs& g) {
   ld_a = std::max<int64_t>(ld_a, 1);
 
   // cuBLAS's type for the operands, and the precision it accumulates in.
-  static const DTypeTable<cudaDataType_t> types("cuBLAS",
-                                                {{kFloat32, CUDA_R_32F}, {kFloat64, CUDA_R_64F}});
+  // bfloat16 and float16 run on the tensor cores and accumulate in float32 (each product
+  // rounded once into C), as PyTorch's matmul on them does.
+  static const DTypeTable<cudaDataType_t> types(
+      "cuBLAS", {{kFloat32, CUDA_R_32F}, {kFloat64, CUDA_R_64F}, {kBFloat16, CUDA_R_16BF},
+                 {kFloat16, CUDA_R_16F}});
   const cudaDataType_t type = types(g.dtype);
   const cublasComputeType_t compute =
-      g.dtype == kFloat64   ? CUBLAS_COMPUTE_64F
-      : tf32_allowed()      ? CUBLAS_COMPUTE_32F_FAST_TF32
-                            : CUBLAS_COMPUTE_32F;
+      g.dtype == kFloat64                          ? CUBLAS_COMPUTE_64F
+      : g.dtype == kFloat32 && tf32_allowed()      ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                   : CUBLAS_COMPUTE_32F;
   // alpha and beta in the compute type: double for float64, float for float32.
   double alpha_d = g.alpha, beta_d = g.beta;
   float alpha_f = static_cast<float>(g.alpha), beta_f = static_cast<float>(g.beta);
