@@ -30,6 +30,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+#include <immintrin.h>
+#endif
+
 #include "ringgrad/core/kernel_math.h"
 
 namespace ringgrad {
@@ -62,6 +66,11 @@ RG_HD float bfloat16_bits_to_float(uint16_t b) { return float_from_bits(uint32_t
 // ---- float16 (IEEE binary16) ----
 
 RG_HD uint16_t float_to_half_bits(float f) {
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+  // x86's F16C instruction does exactly this (round to nearest even, subnormals, NaN
+  // quieted with its payload's top bits), several times faster than the bit work below.
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+#endif
   const uint32_t x = float_bits(f);
   const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
   const uint32_t a = x & 0x7fffffffu;  // |f|
@@ -84,6 +93,9 @@ RG_HD uint16_t float_to_half_bits(float f) {
 }
 
 RG_HD float half_bits_to_float(uint16_t h) {
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+  return _cvtsh_ss(h);
+#endif
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
   if (e == 0x1f) return float_from_bits(sign | 0x7f800000u | (m << 13));  // inf, NaN

@@ -375,7 +375,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   Tensor dsum = (dO * out).sum(-1).contiguous().view({P.pairs, s.tq});  // D = rowsum(dO ⊙ O)
   Tensor dq = zeros(q.shape(), opts), dk = zeros(k.shape(), opts), dv = zeros(v.shape(), opts);
   const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
-  const int64_t q_blocks = (s.tq + bq - 1) / bq, k_blocks = (s.tk + bk - 1) / bk;
+  const int64_t k_blocks = (s.tk + bk - 1) / bk;
   const int64_t groups = P.items_per_block;  // pair groups of np pairs
   const int workers = P.plan.workers;
   const bool dropout = options.dropout_p > 0;
