@@ -3,8 +3,10 @@
 // Every op checks its inputs (shapes, dtypes, devices) and throws
 // ringgrad::Error "[op] expected …, got …" on a mismatch, runs on the device
 // of its inputs, and, when an input requires grad, records how to undo itself
-// for backward. Binary ops broadcast with NumPy's rules. Both operands must
-// have the same dtype (a plain number adopts the tensor's dtype).
+// for backward. Binary ops broadcast with NumPy's rules. Operands of two floating
+// dtypes promote as in PyTorch (bfloat16 + float32 → float32, anything with float64 →
+// float64; each gradient comes back in its input's dtype); other mixes are an error, and a
+// plain number adopts the tensor's dtype.
 #pragma once
 
 #include <vector>
