@@ -11,13 +11,14 @@
 //   }
 //
 // A checkpoint is one file (optim/checkpoint.h): model, optimizer, schedule, generators,
-// and where the run was — its step, epoch and the batches of that epoch already taken —
+// fp16's GradScaler (scale and growth tracker), and where the run was — its step, epoch and the batches of that epoch already taken —
 // so `--resume` continues exactly where the save was made: a run killed at any moment and
 // resumed from its last checkpoint ends with the same bits as one never interrupted
 // (tests/check_resume.sh does exactly that with kill -9). The settings that define the
 // run (batch size, learning rate, seed, …) are saved with it and must match on resume.
 #pragma once
 
+#include <ringgrad/optim/grad_scaler.h>
 #include <ringgrad/ringgrad.h>
 
 #include <CLI/CLI.hpp>
@@ -58,27 +59,31 @@ struct Checkpointing {
   bool due(int64_t step) const { return !save_path.empty() && save_every > 0 && step % save_every == 0; }
 
   // Reads --resume's checkpoint (when given), checks it belongs to this run (the world
-  // size and every setting in `run`), and restores model, optimizer, schedule and the
-  // default generator. Returns where to continue; {0, 0, 0} without --resume.
+  // size and every setting in `run`), and restores model, optimizer, schedule, the
+  // GradScaler (when given and enabled: fp16) and the default generator. Returns where to
+  // continue; {0, 0, 0} without --resume.
   ringgrad::TrainProgress resume(ringgrad::nn::Module& model, ringgrad::optim::Optimizer& opt,
                                  int world_size, const std::map<std::string, std::string>& run,
                                  ringgrad::optim::LRSchedule* schedule = nullptr,
-                                 ringgrad::Checkpoint* loaded = nullptr) const {
+                                 ringgrad::Checkpoint* loaded = nullptr,
+                                 ringgrad::optim::GradScaler* scaler = nullptr) const {
     if (resume_path.empty()) return {};
     ringgrad::Checkpoint c = ringgrad::load_checkpoint(resume_path);
     ringgrad::check_run(c, world_size, run);
-    ringgrad::restore(c, model, opt, schedule);
+    ringgrad::restore(c, model, opt, schedule, scaler);
     if (loaded) *loaded = c;
     return c.progress;
   }
 
-  // Writes the checkpoint (call it on the rank that writes: rank 0).
+  // Writes the checkpoint (call it on the rank that writes: rank 0). A disabled scaler
+  // (fp32, bf16) adds nothing to it.
   void save(const ringgrad::nn::Module& model, const ringgrad::optim::Optimizer& opt,
             ringgrad::TrainProgress at, int world_size,
             const std::map<std::string, std::string>& run,
             const ringgrad::optim::LRSchedule* schedule = nullptr,
-            const std::map<std::string, ringgrad::Generator>& generators = {}) const {
-    ringgrad::Checkpoint c = ringgrad::capture(model, opt, schedule);
+            const std::map<std::string, ringgrad::Generator>& generators = {},
+            const ringgrad::optim::GradScaler* scaler = nullptr) const {
+    ringgrad::Checkpoint c = ringgrad::capture(model, opt, schedule, scaler);
     c.progress = at;
     c.world_size = world_size;
     c.run = run;

@@ -48,10 +48,11 @@
 // examples/metrics_log.h). On a terminal rank 0 shows a progress bar under the lines.
 //
 // --save PATH writes one checkpoint file (optim/checkpoint.h): the model (whole, from any
-// strategy), the optimizer state (whole, in the form a plain AdamW writes), the schedule
-// and the step reached, at the end and every --save-every steps; --resume PATH continues
-// from it under any strategy and world size, and under the same ones ends with the same
-// bits as a run never stopped (each step's batch is drawn from the seed and the step).
+// strategy), the optimizer state (whole, in the form a plain AdamW writes), the schedule,
+// under --precision fp16 the GradScaler's state, and the step reached, at the end and
+// every --save-every steps; --resume PATH continues from it under any strategy and world
+// size, and under the same ones ends with the same bits as a run never stopped (each
+// step's batch is drawn from the seed and the step).
 // --max-steps N stops after step N (the schedule still spans --steps), to resume later.
 // --trace FILE.json writes a Chrome trace of one step: FSDP's all-gathers and
 // reduce-scatters, DDP's buckets or the ring's K/V transfers on each rank's comm track.
@@ -633,6 +634,9 @@ int main(int argc, char** argv) {
       rg::check_run(c, c.world_size, run);  // any world size: the batch is drawn by step
       RG_CHECK(c.schedule_steps == c.progress.step, "gpt", "'", ckpt.resume_path,
                "': expected schedule.steps = step = ", c.progress.step, ", got ", c.schedule_steps);
+      // fp16: the GradScaler's scale and growth tracker (checked before anything is loaded;
+      // fp32/bf16, whose scaler is disabled, ignore it). The same on every rank.
+      rg::restore_grad_scaler(c, trainer.scaler);
       trainer.load(c.model, c.optimizer, c.optimizer_meta);
       start_step = c.progress.step;
       schedule.resume_at(start_step);
@@ -646,6 +650,9 @@ int main(int argc, char** argv) {
       c.optimizer = std::move(optim_state);
       c.optimizer_meta = std::move(optim_meta);
       c.schedule_steps = schedule.steps();
+      // fp16's scaler (the same on every rank: they agree on each skipped step); disabled
+      // under fp32/bf16, which write nothing for it.
+      if (trainer.scaler.is_enabled()) c.grad_scaler = trainer.scaler.state_dict();
       c.progress = {.step = step};
       c.world_size = world.size();
       c.run = run;

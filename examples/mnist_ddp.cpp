@@ -18,7 +18,7 @@
 // function, parallel/grad_scaler_sync.h, would be needed only where gradients stay local).
 // --comm-hook bf16|fp16 sends each gradient bucket as 16 bits (DDP's bf16/fp16_compress_hook),
 // with any --precision. A bf16/fp16 checkpoint resumes only under the same --precision;
-// fp16's GradScaler state is not saved in it (the scale restarts at 2^16 on --resume).
+// fp16's holds the GradScaler's state (its scale and growth tracker), restored on every rank.
 //
 // --log FILE.jsonl writes one JSON line every --log-every steps (default 50) and at each
 // epoch's end (with the test accuracy): step, epoch, loss, samples/s, lr, elapsed seconds
@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
                                            {"lr", std::to_string(recipe.lr)},
                                            {"seed", std::to_string(recipe.seed)}};
     if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
-    const rg::TrainProgress at = ckpt.resume(model, opt, world.size(), run);
+    const rg::TrainProgress at = ckpt.resume(model, opt, world.size(), run,
+                                             /*schedule=*/nullptr, /*loaded=*/nullptr, &scaler);
     if (!ckpt.resume_path.empty() && world.is_main())
       std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n",
                   ckpt.resume_path.c_str(), static_cast<long long>(at.step),
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
     auto save = [&](int64_t epoch, int64_t batch) {  // rank 0 writes for every replica
       if (world.is_main())
         ckpt.save(model, opt, Checkpointing::progress(step, epoch, batch, per_epoch),
-                  world.size(), run);
+                  world.size(), run, /*schedule=*/nullptr, /*generators=*/{}, &scaler);
     };
     bool stopped = ckpt.should_stop(step);  // by --max-steps
     for (int64_t epoch = at.epoch; epoch < recipe.epochs && !stopped; ++epoch) {

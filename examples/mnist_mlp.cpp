@@ -14,10 +14,9 @@
 // and loss under rg::autocast (the linears in 16 bits, the loss in float32), the float32
 // parameters as master weights; fp16 adds a GradScaler. The test accuracy is evaluated under
 // the same autocast. fp32 (the default) is the plain float32 run. A bf16/fp16 checkpoint
-// resumes only under the same --precision; fp16's GradScaler state is not saved in it (the
-// scale restarts at 2^16 on --resume).
+// resumes only under the same --precision.
 // --save writes one checkpoint file (model, Adam state, the epoch and batch reached, the
-// generator) at the end and every --save-every steps; --resume continues from it exactly:
+// generator, under fp16 the GradScaler's scale and growth tracker) at the end and every --save-every steps; --resume continues from it exactly:
 // killed at any step and resumed, the run ends with the same bits as an uninterrupted one
 // (examples/checkpointing.h, tests/check_resume.sh).
 // Shows progress within each epoch (a bar on a terminal, plain lines otherwise:
@@ -88,7 +87,8 @@ int main(int argc, char** argv) {
                                            {"lr", std::to_string(lr)},
                                            {"seed", std::to_string(seed)}};
     if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
-    const rg::TrainProgress at = ckpt.resume(model, opt, /*world_size=*/1, run);
+    const rg::TrainProgress at = ckpt.resume(model, opt, /*world_size=*/1, run,
+                                             /*schedule=*/nullptr, /*loaded=*/nullptr, &scaler);
     if (!ckpt.resume_path.empty())
       std::printf("resumed from %s at step %lld (epoch %lld, batch %lld)\n",
                   ckpt.resume_path.c_str(), static_cast<long long>(at.step),
@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
     };
     const int64_t steps = loader.size();
     auto save = [&](int64_t epoch, int64_t batch) {
-      ckpt.save(model, opt, Checkpointing::progress(global_step, epoch, batch, steps), 1, run);
+      ckpt.save(model, opt, Checkpointing::progress(global_step, epoch, batch, steps), 1, run,
+                /*schedule=*/nullptr, /*generators=*/{}, &scaler);
     };
     bool stopped = ckpt.should_stop(global_step);  // by --max-steps
     for (int64_t epoch = at.epoch; epoch < epochs && !stopped; ++epoch) {

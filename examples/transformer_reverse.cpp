@@ -19,7 +19,7 @@
 //                                 [--log FILE.jsonl [--log-every 50]]
 //                                 [--precision fp32|bf16|fp16]
 // --save/--resume: one checkpoint file (model, AdamW, the schedule, both generators, the
-// step); a resumed run continues exactly (examples/checkpointing.h). --steps is the
+// step, under fp16 the GradScaler's state); a resumed run continues exactly (examples/checkpointing.h). --steps is the
 // schedule's length; --max-steps stops earlier, to resume later.
 // Shows a progress bar on a terminal (plain lines otherwise: examples/progress_bar.h) with
 // the mean loss of the last log interval; --log FILE.jsonl writes a JSON line every
@@ -29,8 +29,7 @@
 // and the greedy decoding under rg::autocast (the attention and the linears in 16 bits,
 // layer norms, softmax and the loss in float32), backward, clipping and AdamW outside it on
 // the float32 master weights; fp16 adds a GradScaler (unscale_ before clipping, as in
-// PyTorch). A bf16/fp16 checkpoint resumes only under the same --precision; fp16's
-// GradScaler state is not saved in it (the scale restarts at 2^16 on --resume).
+// PyTorch). A bf16/fp16 checkpoint resumes only under the same --precision.
 // Ends with: RESULT example=transformer_reverse exact_match=… tokens_per_s=… precision=P
 #include <ringgrad/ringgrad.h>
 
@@ -202,7 +201,7 @@ int main(int argc, char** argv) {
         {"clip", std::to_string(clip)},       {"seed", std::to_string(seed)}};
     if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
     rg::Checkpoint loaded;
-    const rg::TrainProgress at = ckpt.resume(model, opt, 1, run, &schedule, &loaded);
+    const rg::TrainProgress at = ckpt.resume(model, opt, 1, run, &schedule, &loaded, &scaler);
     if (!ckpt.resume_path.empty()) {
       auto data = loaded.generators.find("data");
       RG_CHECK(data != loaded.generators.end(), "resume", "'", ckpt.resume_path,
@@ -212,7 +211,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(at.step));
     }
     auto save = [&](int64_t step) {
-      ckpt.save(model, opt, {.step = step}, 1, run, &schedule, {{"data", data_gen}});
+      ckpt.save(model, opt, {.step = step}, 1, run, &schedule, {{"data", data_gen}}, &scaler);
     };
     std::printf("model: %lld parameters, d_model %lld, %lld+%lld layers, %d thread(s)%s\n",
                 static_cast<long long>(model.num_parameters()), static_cast<long long>(d_model),

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <system_error>
 
 namespace ringgrad {
@@ -19,6 +20,7 @@ constexpr const char* kModel = "model.";
 constexpr const char* kOptim = "optim.";
 constexpr const char* kRun = "run.";
 constexpr const char* kSchedule = "schedule.";
+constexpr const char* kGradScaler = "grad_scaler.";
 
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
@@ -57,15 +59,38 @@ bool process_alive(long pid) {
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
+// Where errors say the checkpoint came from.
+std::string where_of(const Checkpoint& c) {
+  return c.source.empty() ? std::string("checkpoint") : "'" + c.source + "'";
+}
+
+// `scaler` with the checkpoint's GradScaler state loaded, checked in full; `scaler` itself
+// is not touched, so a state that does not fit changes nothing.
+optim::GradScaler loaded_grad_scaler(const Checkpoint& c, const optim::GradScaler& scaler) {
+  const std::string where = where_of(c);
+  RG_CHECK(!c.grad_scaler.empty(), "restore", where,
+           ": expected the GradScaler's state (grad_scaler.<key>), found none (saved by a run "
+           "without fp16's GradScaler? resume it under the same --precision)");
+  optim::GradScaler copy = scaler;
+  try {
+    copy.load_state_dict(c.grad_scaler);
+  } catch (const Error& e) {
+    fail("restore", where, ": the GradScaler's state does not fit: ", e.what(),
+         " (its grad_scaler.<key> metadata)");
+  }
+  return copy;
+}
+
 }  // namespace
 
 Checkpoint capture(const nn::Module& model, const optim::Optimizer& optimizer,
-                   const optim::Schedule* schedule) {
+                   const optim::Schedule* schedule, const optim::GradScaler* scaler) {
   Checkpoint c;
   c.model = model.state_dict();
   c.optimizer = optimizer.state_dict(&c.optimizer_meta);
   c.schedule_steps = schedule ? schedule->steps() : -1;
   if (schedule) c.schedule = schedule->state_dict();
+  if (scaler && scaler->is_enabled()) c.grad_scaler = scaler->state_dict();
   c.generators["default"] = default_generator();
   return c;
 }
@@ -107,6 +132,7 @@ void save_checkpoint(const Checkpoint& c, const std::string& path) {
       {"world_size", std::to_string(c.world_size)},
   };
   for (const auto& [key, value] : c.schedule) meta[kSchedule + key] = value;
+  for (const auto& [key, value] : c.grad_scaler) meta[kGradScaler + key] = value;
   if (c.schedule_steps >= 0) meta["schedule.steps"] = std::to_string(c.schedule_steps);
   for (const auto& [key, value] : c.optimizer_meta) meta[kOptim + key] = value;
   for (const auto& [key, value] : c.run) meta[kRun + key] = value;
@@ -148,6 +174,9 @@ Checkpoint load_checkpoint(const std::string& path) {
     } else if (starts_with(key, kSchedule)) {
       // parsed strictly by the schedule's load_state_dict (restore), steps here too
       c.schedule[key.substr(9)] = value;
+    } else if (starts_with(key, kGradScaler)) {
+      // parsed strictly by GradScaler::load_state_dict (restore)
+      c.grad_scaler[key.substr(12)] = value;
     } else if (starts_with(key, "rng.")) {
       // rng.<name>.seed / rng.<name>.offset; the name may itself contain dots
       const size_t dot = key.rfind('.');
@@ -186,9 +215,18 @@ Checkpoint load_checkpoint(const std::string& path) {
   return c;
 }
 
+void restore_grad_scaler(const Checkpoint& c, optim::GradScaler& scaler) {
+  if (!scaler.is_enabled()) return;  // fp32/bf16: nothing to restore (as torch's ignores it)
+  scaler = loaded_grad_scaler(c, scaler);
+}
+
 void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer& optimizer,
-             optim::Schedule* schedule) {
-  const std::string where = c.source.empty() ? std::string("checkpoint") : "'" + c.source + "'";
+             optim::Schedule* schedule, optim::GradScaler* scaler) {
+  const std::string where = where_of(c);
+  // The GradScaler's state is checked first, loaded into a copy that is put in place last:
+  // a missing or damaged one changes nothing.
+  std::optional<optim::GradScaler> scaler_state;
+  if (scaler && scaler->is_enabled()) scaler_state = loaded_grad_scaler(c, *scaler);
   // Both loads check everything before they change anything: the model first, so that a
   // checkpoint of another model changes nothing at all.
   try {
@@ -212,13 +250,14 @@ void restore(const Checkpoint& c, nn::Module& model, optim::Optimizer& optimizer
       fail("restore", where, ": the schedule's state does not fit: ", e.what());
     }
   }
+  if (scaler_state) *scaler = std::move(*scaler_state);
   if (auto it = c.generators.find("default"); it != c.generators.end())
     default_generator() = it->second;
 }
 
 void check_run(const Checkpoint& c, int world_size,
                const std::map<std::string, std::string>& run) {
-  const std::string where = c.source.empty() ? std::string("checkpoint") : "'" + c.source + "'";
+  const std::string where = where_of(c);
   RG_CHECK(c.world_size == world_size, "resume", where, " was written by ", c.world_size,
            " rank(s); this run has ", world_size,
            " (an exact resume needs the same world: start it with ", c.world_size, " rank(s))");

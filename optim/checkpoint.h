@@ -1,13 +1,14 @@
 // checkpoint.h — a training run's checkpoint: one file, written as one piece.
 //
-//   rg::Checkpoint ckpt = rg::capture(model, opt, &schedule);   // weights, Adam state, lr schedule
+//   rg::Checkpoint ckpt = rg::capture(model, opt, &schedule, &scaler);  // weights, Adam state,
+//                                                     // lr schedule, the GradScaler (fp16 runs)
 //   ckpt.progress = {.step = step, .epoch = epoch, .batch = batch};
 //   ckpt.world_size = world.size();
 //   ckpt.generators["default"] = rg::default_generator();        // dropout, init
 //   rg::save_checkpoint(ckpt, "run.ckpt");
 //   ...
 //   rg::Checkpoint ckpt = rg::load_checkpoint("run.ckpt");
-//   rg::restore(ckpt, model, opt, &schedule);                     // and the default generator
+//   rg::restore(ckpt, model, opt, &schedule, &scaler);            // and the default generator
 //   for (epoch = ckpt.progress.epoch; ...) for (batch : loader.starting_at(ckpt.progress.batch)) ...
 //
 // What PyTorch users write as torch.save({"model": …, "optimizer": …, "epoch": …}, path).
@@ -21,6 +22,10 @@
 //             optim.<key>                                 the optimizer's metadata (lr, steps…)
 //             schedule.<key>                              the LR schedule's state_dict (if any):
 //                                                         steps, and e.g. ReduceLROnPlateau's best
+//             grad_scaler.<key>                           an enabled GradScaler's state_dict (fp16
+//                                                         runs): scale, _growth_tracker, growth_factor,
+//                                                         backoff_factor, growth_interval; none when
+//                                                         the scaler is disabled or not given
 //             run.<key>                                   what defines the run (batch size, seed…)
 //
 // One file, renamed into place only once it is whole on disk (save_safetensors), so a
@@ -45,6 +50,7 @@
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/safetensors.h"
 #include "ringgrad/nn/module.h"
+#include "ringgrad/optim/grad_scaler.h"
 #include "ringgrad/optim/optimizer.h"
 #include "ringgrad/optim/schedule.h"
 
@@ -66,6 +72,8 @@ struct Checkpoint {
   int64_t schedule_steps = -1;                           // Schedule::steps(); -1: no schedule
   std::map<std::string, std::string> schedule;           // Schedule::state_dict() (its "steps"
                                                          // is schedule_steps, which wins)
+  std::map<std::string, std::string> grad_scaler;        // GradScaler::state_dict() of an
+                                                         // enabled scaler; empty: none
   TrainProgress progress;
   int world_size = 1;
   std::map<std::string, Generator> generators;           // by name: "default", "data", …
@@ -73,12 +81,14 @@ struct Checkpoint {
   std::string source;                                    // the file it was loaded from (errors)
 };
 
-// The model's, optimizer's and (when given) the schedule's state, and the default
-// generator's under "default". The caller fills in progress, world_size and run.
-// For sharded strategies, gather the whole states first (FSDP's full_state_dict,
-// ZeRO's consolidate_state_dict) and fill model/optimizer directly.
+// The model's, optimizer's and (when given) the schedule's state, the GradScaler's (when
+// given and enabled: a disabled one, as under fp32/bf16, adds nothing, so those files
+// stay as they were) and the default generator's under "default". The caller fills in
+// progress, world_size and run. For sharded strategies, gather the whole states first
+// (FSDP's full_state_dict, ZeRO's consolidate_state_dict) and fill model/optimizer directly.
 Checkpoint capture(const nn::Module& model, const optim::Optimizer& optimizer,
-                   const optim::Schedule* schedule = nullptr);
+                   const optim::Schedule* schedule = nullptr,
+                   const optim::GradScaler* scaler = nullptr);
 
 // Writes `checkpoint` to `path` as one file, atomically (see above).
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
@@ -89,12 +99,21 @@ Checkpoint load_checkpoint(const std::string& path);
 // Puts a checkpoint's state back: the model's (strict: every name, shape and dtype),
 // the optimizer's, the schedule's (when given: its load_state_dict, from schedule.<key>;
 // a checkpoint with only schedule.steps, as older ones are, restores a step-driven
-// schedule's position) and the default generator's. An error
-// names the file and what does not fit. Each load checks everything before it changes
-// anything, the model's first: a checkpoint of another model changes nothing; one whose
-// optimizer state does not fit leaves the model restored and the optimizer as it was.
+// schedule's position), the GradScaler's (when given and enabled: the checkpoint must hold
+// grad_scaler.<key>; a disabled scaler, or none, ignores what is there) and the default
+// generator's. An error names the file and what does not fit. Each load checks
+// everything before it changes anything, the GradScaler's state first (loaded into a copy,
+// put in place last) and then the model's: a checkpoint with a damaged or missing scaler
+// state, or of another model, changes nothing; one whose optimizer state does not fit
+// leaves the model restored and the optimizer (and scaler) as they were.
 void restore(const Checkpoint& checkpoint, nn::Module& model, optim::Optimizer& optimizer,
-             optim::Schedule* schedule = nullptr);
+             optim::Schedule* schedule = nullptr, optim::GradScaler* scaler = nullptr);
+
+// The GradScaler's part of restore() alone, for programs that load the model and optimizer
+// themselves (examples/gpt.cpp, whose strategies shard them): an enabled scaler loads
+// checkpoint.grad_scaler (an error naming the file when there is none or it does not fit;
+// the scaler unchanged then); a disabled one ignores it.
+void restore_grad_scaler(const Checkpoint& checkpoint, optim::GradScaler& scaler);
 
 // Errors unless the checkpoint was written by `world_size` ranks with these settings
 // (each key of `run`; keys the checkpoint lacks are errors too), naming the first

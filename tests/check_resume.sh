@@ -14,7 +14,8 @@
 # and checks: run 2 really died before the end, the checkpoint it left loads, run 3
 # ends with a file byte-identical to run 1's (model, optimizer, progress, generator),
 # and no WORKDIR/run.ckpt.tmp.* is left. Two rounds, so that kills land at different steps
-# (mid-epoch included). ctest runs it as resume_mnist_mlp and resume_mnist_ddp_2.
+# (mid-epoch included). ctest runs it as resume_mnist_mlp, resume_mnist_mlp_fp16 (the
+# GradScaler's state resumed too) and resume_mnist_ddp_2.
 set -euo pipefail
 [ $# -ge 4 ] || { echo "usage: $0 WORKDIR STEPS [--kill-rank] -- COMMAND..." >&2; exit 2; }
 work=$1 steps=$2

@@ -259,3 +259,113 @@ TEST_CASE("checkpoint: a schedule's whole state is kept as schedule.<key>, and f
   e = error_of([&] { rg::restore(back, net, opt2, &plateau2); });
   CHECK(contains(e, "\"num_bad_epochs\" to be a whole number in [0, 2^53], got \"two\""));
 }
+
+TEST_CASE("checkpoint: fp16's GradScaler state is kept as grad_scaler.<key>; missing or damaged state is a clear error that changes nothing") {
+  test::TempDir dir;
+  rg::manual_seed(0);
+  Net net;
+  rg::optim::Adam opt(net.parameters(), {.lr = 1e-2});
+  // Move the scale and the growth tracker away from a fresh scaler's: two steps that do
+  // not overflow (tracker 2 of 5), then a scale set by hand.
+  rg::optim::GradScaler scaler({.init_scale = 256.0, .growth_interval = 5});
+  rg::Generator data(5);
+  for (int i = 0; i < 2; ++i) {
+    opt.zero_grad();
+    rg::Tensor loss = rg::nn::mse_loss(net.forward(rg::randn({5, 4}, {}, &data)),
+                                       rg::randn({5, 3}, {}, &data));
+    scaler.scale(loss).backward();
+    CHECK(scaler.step(opt));
+    scaler.update();
+  }
+  scaler.update(1024.0);
+  scaler.set_growth_factor(3.0);
+  REQUIRE(scaler.get_growth_tracker() == 2);
+  rg::save_checkpoint(rg::capture(net, opt, nullptr, &scaler), dir / "fp16.ckpt");
+  rg::Checkpoint back = rg::load_checkpoint(dir / "fp16.ckpt");
+  CHECK(back.grad_scaler == scaler.state_dict());
+  std::map<std::string, std::string> meta;
+  rg::load_safetensors(dir / "fp16.ckpt", &meta);
+  CHECK(meta.at("grad_scaler.scale") == "1024");
+  CHECK(meta.at("grad_scaler._growth_tracker") == "2");
+
+  // Restored into fresh objects: the same state, so the run continues exactly.
+  rg::manual_seed(1);
+  Net net2;
+  rg::optim::Adam opt2(net2.parameters(), {.lr = 1e-2});
+  rg::optim::GradScaler fresh;
+  rg::restore(back, net2, opt2, nullptr, &fresh);
+  CHECK(fresh.state_dict() == scaler.state_dict());
+  CHECK(fresh.get_scale() == 1024.0);
+  CHECK(fresh.get_growth_tracker() == 2);
+  CHECK(fresh.get_growth_interval() == 5);
+  CHECK(fresh.get_growth_factor() == 3.0);
+  // The same through restore_grad_scaler alone (examples/gpt.cpp).
+  rg::optim::GradScaler alone;
+  rg::restore_grad_scaler(back, alone);
+  CHECK(alone.state_dict() == scaler.state_dict());
+
+  // A disabled scaler (fp32, bf16) writes nothing, so those files stay as they were, and
+  // ignores a state that is there.
+  rg::optim::GradScaler disabled({.enabled = false});
+  rg::save_checkpoint(rg::capture(net, opt, nullptr, &disabled), dir / "fp32.ckpt");
+  meta.clear();
+  rg::load_safetensors(dir / "fp32.ckpt", &meta);
+  for (const auto& [key, value] : meta) CHECK_MESSAGE(key.rfind("grad_scaler.", 0) != 0, key);
+  rg::Checkpoint fp32 = rg::load_checkpoint(dir / "fp32.ckpt");
+  CHECK(fp32.grad_scaler.empty());
+  rg::restore(back, net2, opt2, nullptr, &disabled);
+  rg::restore(fp32, net2, opt2, nullptr, &disabled);
+  rg::restore(fp32, net2, opt2);
+  CHECK(disabled.state_dict().empty());
+
+  // Everything restore may change, to check that a refused restore changes nothing.
+  rg::manual_seed(2);
+  Net net3;
+  rg::optim::Adam opt3(net3.parameters(), {.lr = 1e-2});
+  rg::optim::GradScaler scaler3({.init_scale = 8.0});
+  const rg::NamedTensors model_before = net3.state_dict();
+  std::map<std::string, std::string> opt_meta_before;
+  const rg::NamedTensors opt_before = opt3.state_dict(&opt_meta_before);
+  const auto scaler_before = scaler3.state_dict();
+  const uint64_t offset_before = rg::default_generator().offset();
+  auto unchanged = [&] {
+    std::map<std::string, std::string> opt_meta;
+    const rg::NamedTensors opt_now = opt3.state_dict(&opt_meta);
+    return same_bits(net3.state_dict(), model_before) && same_bits(opt_now, opt_before) &&
+           opt_meta == opt_meta_before && scaler3.state_dict() == scaler_before &&
+           rg::default_generator().offset() == offset_before;
+  };
+
+  // An enabled scaler and a checkpoint without its state (written under fp32 or bf16).
+  std::string e = error_of([&] { rg::restore(fp32, net3, opt3, nullptr, &scaler3); });
+  CHECK(contains(e, dir / "fp32.ckpt"));
+  CHECK(contains(e, "expected the GradScaler's state (grad_scaler.<key>), found none"));
+  CHECK(unchanged());
+  e = error_of([&] { rg::restore_grad_scaler(fp32, scaler3); });
+  CHECK(contains(e, "expected the GradScaler's state (grad_scaler.<key>), found none"));
+  CHECK(unchanged());
+
+  // A damaged value: loads (the text is parsed by the scaler), then restore names the
+  // file, the key and the value, and changes nothing.
+  for (auto [key, value, expect] : std::initializer_list<std::tuple<const char*, const char*, const char*>>{
+           {"grad_scaler.scale", "abc", "expected \"scale\" to be a finite number, got \"abc\""},
+           {"grad_scaler.scale", "inf", "expected \"scale\" to be a finite number, got \"inf\""},
+           {"grad_scaler.scale", "-2", "got \"-2\""},
+           {"grad_scaler._growth_tracker", "5", "got \"5\""},
+           {"grad_scaler.growth_factor", "1", "got \"1\""},
+           {"grad_scaler.loss_scale", "2", "got \"loss_scale\" = \"2\""},
+       }) {
+    CAPTURE(key);
+    meta.clear();
+    rg::NamedTensors t = rg::load_safetensors(dir / "fp16.ckpt", &meta);
+    meta[key] = value;
+    rg::save_safetensors(t, dir / "bad.ckpt", meta);
+    rg::Checkpoint bad = rg::load_checkpoint(dir / "bad.ckpt");
+    e = error_of([&] { rg::restore(bad, net3, opt3, nullptr, &scaler3); });
+    CHECK(contains(e, dir / "bad.ckpt"));
+    CHECK(contains(e, "the GradScaler's state does not fit"));
+    CHECK(contains(e, "grad_scaler.<key>"));
+    CHECK(contains(e, expect));
+    CHECK(unchanged());
+  }
+}
