@@ -211,6 +211,22 @@ struct Problem {
     return std::min(cols, o.q_offset + i0 + rows - (o.k_offset + j0));
   }
 
+  // Causal, a tile that crosses the diagonal is taken in row slices of kDiagonalRows, each
+  // computing only the keys its own last row sees: of a 128 × 128 diagonal tile, 62.5% of
+  // the scores instead of all of them (the GEMMs stay tall enough to run at speed).
+  // f(first row, rows, cols) for each part of tile (i0, rows) × key block j0.
+  static constexpr int64_t kDiagonalRows = 32;
+  template <typename F>
+  void for_each_part(int64_t i0, int64_t rows, int64_t j0, F&& f) const {
+    const int64_t cols = visible_cols(i0, rows, j0);
+    const bool crosses = o.causal && o.k_offset + j0 + cols - 1 > o.q_offset + i0;
+    if (!crosses || rows <= kDiagonalRows) return f(i0, rows, cols);
+    for (int64_t r0 = i0; r0 < i0 + rows; r0 += kDiagonalRows) {
+      const int64_t part = std::min(kDiagonalRows, i0 + rows - r0);
+      if (!skipped(r0, part, j0)) f(r0, part, visible_cols(r0, part, j0));
+    }
+  }
+
   // S (np, rows, cols) = Q_i · K_jᵀ for pairs [n0, n0 + np).
   void scores(Backend& be, void* out_s, int64_t n0, int64_t np, int64_t i0, int64_t rows,
               int64_t j0, int64_t cols) const {
@@ -237,10 +253,18 @@ static AttentionOptions in_float32(const AttentionOptions& options) {
 // elements of q per chunk, so they stay small next to the 16-bit activations. Batch
 // entries are independent — except for dropout, whose mask is drawn by pair index: with
 // dropout the call is one chunk.
-static int64_t float32_chunk(const Tensor& q, const AttentionOptions& options) {
+// Checks a 16-bit call's dtypes; returns its batch size b and the entries per chunk.
+struct Chunking {
+  int64_t b, chunk;
+};
+static Chunking float32_chunks(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const AttentionOptions& options) {
+  detail::check_same_dtype(q, k, kOp);
+  detail::check_same_dtype(q, v, kOp);
+  if (q.dim() != 4) return {1, 1};
   const int64_t b = q.size(0);
-  if (options.dropout_p > 0 || b <= 1) return b;
-  return std::clamp<int64_t>((int64_t(1) << 18) / std::max<int64_t>(q.numel() / b, 1), 1, b);
+  if (options.dropout_p > 0 || b <= 1) return {b, b};
+  return {b, std::clamp<int64_t>((int64_t(1) << 18) / std::max<int64_t>(q.numel() / b, 1), 1, b)};
 }
 // q, k, v, out, dout (B, H, T, D) and lse (B, H, T): batch entries b0 … b0 + n.
 static Tensor batch_chunk(const Tensor& t, int64_t b, int64_t b0, int64_t n) {
@@ -258,10 +282,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
                                   const AttentionOptions& options) {
   NoGradGuard no_grad;
   if (is_reduced_precision(q.dtype())) {
-    detail::check_same_dtype(q, k, kOp);
-    detail::check_same_dtype(q, v, kOp);
-    const int64_t b = q.dim() == 4 ? q.size(0) : 1;
-    const int64_t chunk = q.dim() == 4 ? float32_chunk(q, options) : b;
+    const auto [b, chunk] = float32_chunks(q, k, v, options);
     if (chunk < b) {
       AttentionOutput all;
       for (int64_t b0 = 0; b0 < b; b0 += chunk) {
@@ -303,19 +324,21 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
     const int64_t i0 = (q_blocks - 1 - item % q_blocks) * bq;
     const int64_t rows = std::min(bq, s.tq - i0);
     void* tile_s = at_mut(scratch, worker * tile_elems);
-    const TensorRef m_i = block_ref(m, s.tq, n0, np, i0, rows);
-    const TensorRef l_i = block_ref(l, s.tq, n0, np, i0, rows);
-    const TensorRef o_i = block_ref(out, s.tq, n0, np, i0, rows, s.dv);
     for (int64_t j0 = 0; j0 < s.tk && !P.skipped(i0, rows, j0); j0 += bk) {
-      const int64_t cols = P.visible_cols(i0, rows, j0);
-      // S = Q_i · K_jᵀ, then the online-softmax step turns it into P̃ and rescales O_i
-      P.scores(be, tile_s, n0, np, i0, rows, j0, cols);
-      be.attention_tile_forward(P.at_tile(n0, i0, rows, j0, cols),
-                                flat_ref(tile_s, q.dtype(), np * rows * cols), m_i, l_i, o_i);
-      // O_i += P̃ · V_j
-      Mat p{tile_s, rows * cols, cols, 1};
-      Mat vj{at(P.v, (n0 * s.tk + j0) * s.dv), s.tk * s.dv, s.dv, 1};
-      gemm(be, q.dtype(), np, rows, s.dv, cols, p, vj, o_i.data, s.tq * s.dv, s.dv, 1.0);
+      // (rows [ii, ii + rr) of the block: all of them, or a slice on the causal diagonal)
+      P.for_each_part(i0, rows, j0, [&](int64_t ii, int64_t rr, int64_t cols) {
+        const TensorRef m_i = block_ref(m, s.tq, n0, np, ii, rr);
+        const TensorRef l_i = block_ref(l, s.tq, n0, np, ii, rr);
+        const TensorRef o_i = block_ref(out, s.tq, n0, np, ii, rr, s.dv);
+        // S = Q_i · K_jᵀ, then the online-softmax step turns it into P̃ and rescales O_i
+        P.scores(be, tile_s, n0, np, ii, rr, j0, cols);
+        be.attention_tile_forward(P.at_tile(n0, ii, rr, j0, cols),
+                                  flat_ref(tile_s, q.dtype(), np * rr * cols), m_i, l_i, o_i);
+        // O_i += P̃ · V_j
+        Mat p{tile_s, rr * cols, cols, 1};
+        Mat vj{at(P.v, (n0 * s.tk + j0) * s.dv), s.tk * s.dv, s.dv, 1};
+        gemm(be, q.dtype(), np, rr, s.dv, cols, p, vj, o_i.data, s.tq * s.dv, s.dv, 1.0);
+      });
     }
   });
   // Normalise: O /= l, lse = m + log l (−∞ + −∞ = −∞ for fully masked rows, whose O stays 0).
@@ -339,10 +362,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const AttentionOptions& options) {
   NoGradGuard no_grad;
   if (is_reduced_precision(q.dtype())) {
-    detail::check_same_dtype(q, k, kOp);
-    detail::check_same_dtype(q, v, kOp);
-    const int64_t b = q.dim() == 4 ? q.size(0) : 1;
-    const int64_t chunk = q.dim() == 4 ? float32_chunk(q, options) : b;
+    const auto [b, chunk] = float32_chunks(q, k, v, options);
     if (chunk < b) {
       AttentionGrads all{empty_like(q), empty_like(k), empty_like(v)};
       for (int64_t b0 = 0; b0 < b; b0 += chunk) {
@@ -394,31 +414,33 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     Mat vjt{at(P.v, (n0 * s.tk + j0) * s.dv), s.tk * s.dv, 1, s.dv};
     void* dk_j = at_mut(dk, (n0 * s.tk + j0) * s.d);
     void* dv_j = at_mut(dv, (n0 * s.tk + j0) * s.dv);
-    for (int64_t i0 = 0; i0 < s.tq; i0 += bq) {
-      const int64_t rows = std::min(bq, s.tq - i0);
-      if (P.skipped(i0, rows, j0)) continue;
-      const int64_t cols = P.visible_cols(i0, rows, j0);
-      const int64_t n = np * rows * cols;
-      const AttentionTile tile = P.at_tile(n0, i0, rows, j0, cols);
-      auto flat = [&](void* p) { return flat_ref(p, q.dtype(), n); };
-      Mat doi{at(dO, (n0 * s.tq + i0) * s.dv), s.tq * s.dv, s.dv, 1};
-      Mat qi{at(P.q, (n0 * s.tq + i0) * s.d), s.tq * s.d, s.d, 1};
-      // P = exp(scale·Q_i·K_jᵀ + mask − lse) (and its dropped-out form)
-      P.scores(be, probs, n0, np, i0, rows, j0, cols);
-      be.attention_tile_probs(tile, flat(probs), block_ref(lse2, s.tq, n0, np, i0, rows),
-                              dropout ? flat(dropped) : TensorRef{});
-      // dV_j += P̃ᵀ · dO_i
-      Mat used_t{dropout ? dropped : probs, rows * cols, 1, cols};  // what multiplied V
-      gemm(be, q.dtype(), np, cols, s.dv, rows, used_t, doi, dv_j, s.tk * s.dv, s.dv, 1.0);
-      // dP = dO_i · V_jᵀ, then dS = scale·P·(dP·keep − D)
-      gemm(be, q.dtype(), np, rows, cols, s.dv, doi, vjt, dp, rows * cols, cols, 0.0);
-      be.attention_tile_grad(tile, flat(probs), flat(dp), block_ref(dsum, s.tq, n0, np, i0, rows));
-      // dK_j += dSᵀ · Q_i;  dQ_i += dS · K_j
-      Mat ds{dp, rows * cols, cols, 1}, ds_t{dp, rows * cols, 1, cols};
-      gemm(be, q.dtype(), np, cols, s.d, rows, ds_t, qi, dk_j, s.tk * s.d, s.d, 1.0);
-      gemm(be, q.dtype(), np, rows, s.d, cols, ds, kj,
-           static_cast<char*>(dq_n0) + i0 * s.d * int64_t(element_size(q.dtype())), s.tq * s.d,
-           s.d, 1.0);
+    for (int64_t i0_block = 0; i0_block < s.tq; i0_block += bq) {
+      const int64_t rows_block = std::min(bq, s.tq - i0_block);
+      if (P.skipped(i0_block, rows_block, j0)) continue;
+      // (rows [i0, i0 + rows): the whole query block, or a slice on the causal diagonal)
+      P.for_each_part(i0_block, rows_block, j0, [&](int64_t i0, int64_t rows, int64_t cols) {
+        const int64_t n = np * rows * cols;
+        const AttentionTile tile = P.at_tile(n0, i0, rows, j0, cols);
+        auto flat = [&](void* p) { return flat_ref(p, q.dtype(), n); };
+        Mat doi{at(dO, (n0 * s.tq + i0) * s.dv), s.tq * s.dv, s.dv, 1};
+        Mat qi{at(P.q, (n0 * s.tq + i0) * s.d), s.tq * s.d, s.d, 1};
+        // P = exp(scale·Q_i·K_jᵀ + mask − lse) (and its dropped-out form)
+        P.scores(be, probs, n0, np, i0, rows, j0, cols);
+        be.attention_tile_probs(tile, flat(probs), block_ref(lse2, s.tq, n0, np, i0, rows),
+                                dropout ? flat(dropped) : TensorRef{});
+        // dV_j += P̃ᵀ · dO_i
+        Mat used_t{dropout ? dropped : probs, rows * cols, 1, cols};  // what multiplied V
+        gemm(be, q.dtype(), np, cols, s.dv, rows, used_t, doi, dv_j, s.tk * s.dv, s.dv, 1.0);
+        // dP = dO_i · V_jᵀ, then dS = scale·P·(dP·keep − D)
+        gemm(be, q.dtype(), np, rows, cols, s.dv, doi, vjt, dp, rows * cols, cols, 0.0);
+        be.attention_tile_grad(tile, flat(probs), flat(dp), block_ref(dsum, s.tq, n0, np, i0, rows));
+        // dK_j += dSᵀ · Q_i;  dQ_i += dS · K_j
+        Mat ds{dp, rows * cols, cols, 1}, ds_t{dp, rows * cols, 1, cols};
+        gemm(be, q.dtype(), np, cols, s.d, rows, ds_t, qi, dk_j, s.tk * s.d, s.d, 1.0);
+        gemm(be, q.dtype(), np, rows, s.d, cols, ds, kj,
+             static_cast<char*>(dq_n0) + i0 * s.d * int64_t(element_size(q.dtype())), s.tq * s.d,
+             s.d, 1.0);
+      });
     }
   };
 

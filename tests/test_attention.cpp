@@ -130,6 +130,39 @@ TEST_CASE("attention: per key block + merge_attention_ == whole; backward with g
   check_close(g.dv, vl.grad(), 1e-10);
 }
 
+// Causal tiles of more than 32 rows that cross the diagonal are computed in row slices
+// (Problem::for_each_part): forward and gradients still equal the reference, with the
+// default 128-wide tiles, a block size that does not divide T, and ring attention's offsets.
+TEST_CASE("attention: causal diagonal tiles in row slices equal the reference, forward and backward") {
+  for (auto [tq, bq, q_offset] : {std::tuple<int64_t, int64_t, int64_t>{300, 128, 0},
+                                  {200, 96, 0}, {150, 64, 40}}) {
+    CAPTURE(tq);
+    CAPTURE(bq);
+    const int64_t tk = tq + q_offset;  // keys [0, tk): queries sit at positions q_offset…
+    rg::Tensor q = rand64({1, 2, tq, 8}).requires_grad_(), k = rand64({1, 2, tk, 8}).requires_grad_(),
+               v = rand64({1, 2, tk, 8}).requires_grad_();
+    rg::AttentionOptions o{.causal = true, .q_offset = q_offset};
+    o.block_q = bq, o.block_k = bq;
+    rg::Tensor got = rg::scaled_dot_product_attention(q, k, v, o);
+    rg::Tensor i = rg::arange(double(tq), {.dtype = rg::kInt64}).view({tq, 1}) + q_offset;
+    rg::Tensor j = rg::arange(double(tk), {.dtype = rg::kInt64}).view({1, tk});
+    rg::Tensor mask = rg::masked_fill(rg::zeros({tq, tk}, {.dtype = rg::kFloat64}), j > i, -kInf);
+    rg::Tensor want = reference_attention(q, k, v, mask);
+    check_close(got, want, 1e-10);
+    rg::Tensor dout = rand64(got.shape());
+    got.backward(dout);
+    std::vector<rg::Tensor> grads;
+    for (rg::Tensor* t : {&q, &k, &v}) {
+      grads.push_back(t->grad().clone());
+      t->set_grad(rg::Tensor());
+    }
+    want.backward(dout);
+    check_close(grads[0], q.grad(), 1e-10);
+    check_close(grads[1], k.grad(), 1e-10);
+    check_close(grads[2], v.grad(), 1e-10);
+  }
+}
+
 TEST_CASE("attention: float32 matches float64") {
   rg::Tensor q = rand64({2, 4, 33, 16}), k = rand64({2, 4, 40, 16}), v = rand64({2, 4, 40, 16});
   rg::Tensor want = rg::scaled_dot_product_attention(q, k, v, {.causal = true});
