@@ -34,6 +34,19 @@ void dispatch_storage(DType t, F&& f) {
   fail(op, "internal error: a ", t, " operand reached a float32 kernel without staging");
 }
 
+// f.template operator()<S>() for S = BFloat16 or Float16: the storage type of a 16-bit
+// dtype, for the kernels that convert as they load and store (elementwise loops, the
+// 16-bit reductions of the communicators). Another dtype is ringgrad's bug.
+template <typename F>
+void dispatch_reduced(DType t, const char* op, F&& f) {
+  if (t == DType::BFloat16)
+    f.template operator()<BFloat16>();
+  else if (t == DType::Float16)
+    f.template operator()<Float16>();
+  else
+    fail(op, "internal error: expected bfloat16 or float16, got ", t);
+}
+
 // The same for the dtypes kernels compute in: float32, float64, int64, bool.
 template <typename F>
 void dispatch_all(DType t, F&& f) {

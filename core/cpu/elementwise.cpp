@@ -68,20 +68,12 @@ void CpuBackend::copy(const TensorRef& src, const TensorRef& dst) {
 // bfloat16/float16 operands, natively: each element loaded as float, computed with the
 // float32 math, rounded once when stored — the same numbers as staging through float32
 // (core/reduced_precision.cpp), without the float32 copies of whole tensors.
-template <typename F>
-static void dispatch_reduced(DType t, F&& f) {
-  if (t == kBFloat16)
-    f.template operator()<BFloat16>();
-  else
-    f.template operator()<Float16>();
-}
-
 void CpuBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, double p0,
                        double p1) {
   if (is_reduced_precision(in.dtype)) {
     dispatch_unary(op, [&]<UnaryOp Op>() {
       const float a = static_cast<float>(p0), b = static_cast<float>(p1);
-      dispatch_reduced(in.dtype, [&]<typename S>() {
+      dispatch_reduced(in.dtype, "unary", [&]<typename S>() {
         map1<S, S>(in, out, [=](S x) { return S(math::apply_unary<Op>(float(x), a, b)); });
       });
     });
@@ -99,7 +91,7 @@ void CpuBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, do
 void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, const TensorRef& out) {
   if (is_reduced_precision(a.dtype)) {
     dispatch_binary(op, [&]<BinaryOp Op>() {
-      dispatch_reduced(a.dtype, [&]<typename S>() {
+      dispatch_reduced(a.dtype, "binary", [&]<typename S>() {
         using R = decltype(math::apply_binary<Op>(0.0f, 0.0f));  // bool for comparisons
         using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
         map2<S, Out>(a, b, out, [](S x, S y) {

@@ -42,14 +42,6 @@ __global__ void reduced_binary_kernel(StridedView a, StridedView b, StridedView 
   out.at<Out>(i) = static_cast<Out>(math::apply_binary<Op>(float(a.at<S>(i)), float(b.at<S>(i))));
 }
 
-template <typename F>
-void dispatch_reduced(DType t, F&& f) {
-  if (t == kBFloat16)
-    f.template operator()<BFloat16>();
-  else
-    f.template operator()<Float16>();
-}
-
 template <typename T>
 __global__ void where_kernel(StridedView cond, StridedView a, StridedView b, StridedView out,
                              int64_t n) {
@@ -109,7 +101,7 @@ void CudaBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, d
   if (n == 0) return;
   if (is_reduced_precision(in.dtype)) {
     dispatch_unary(op, [&]<UnaryOp Op>() {
-      dispatch_reduced(in.dtype, [&]<typename S>() {
+      dispatch_reduced(in.dtype, "unary", [&]<typename S>() {
         reduced_unary_kernel<Op, S><<<blocks_for(n), kBlock, 0, compute_stream()>>>(
             view(in), view(out), n, static_cast<float>(p0), static_cast<float>(p1));
       });
@@ -133,7 +125,7 @@ void CudaBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b,
   if (n == 0) return;
   if (is_reduced_precision(a.dtype)) {
     dispatch_binary(op, [&]<BinaryOp Op>() {
-      dispatch_reduced(a.dtype, [&]<typename S>() {
+      dispatch_reduced(a.dtype, "binary", [&]<typename S>() {
         using R = decltype(math::apply_binary<Op>(0.0f, 0.0f));  // bool for comparisons
         using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
         reduced_binary_kernel<Op, S, Out>

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "ringgrad/core/dispatch.h"
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/half.h"
 #include "ringgrad/core/kernel_math.h"
@@ -70,16 +71,6 @@ void reduce_blocks(T* out, const std::vector<const T*>& in, int64_t lo, int64_t 
   }
 }
 
-template <typename F>
-void dispatch_16(DType dtype, const char* op, F&& f) {
-  if (dtype == kBFloat16)
-    f.template operator()<BFloat16>();
-  else if (dtype == kFloat16)
-    f.template operator()<Float16>();
-  else
-    fail(op, "internal error: expected bfloat16 or float16, got ", dtype);
-}
-
 }  // namespace
 
 MPI_Op reduced_precision_op(DType dtype, Reduce op) {
@@ -96,7 +87,7 @@ MPI_Op reduced_precision_op(DType dtype, Reduce op) {
 }
 
 void divide_reduced_precision(DType dtype, void* data, int64_t count, int n) {
-  dispatch_16(dtype, "all_reduce", [&]<typename T>() {
+  dispatch_reduced(dtype, "all_reduce", [&]<typename T>() {
     T* p = static_cast<T*>(data);
     const float d = static_cast<float>(n);
     for (int64_t i = 0; i < count; ++i) p[i] = T(static_cast<float>(p[i]) / d);
@@ -105,7 +96,7 @@ void divide_reduced_precision(DType dtype, void* data, int64_t count, int n) {
 
 void reduce_reduced_precision(DType dtype, void* out, const std::vector<const void*>& in,
                               int64_t lo, int64_t hi, Reduce op) {
-  dispatch_16(dtype, "all_reduce", [&]<typename T>() {
+  dispatch_reduced(dtype, "all_reduce", [&]<typename T>() {
     std::vector<const T*> typed;
     for (const void* p : in) typed.push_back(static_cast<const T*>(p));
     reduce_blocks(static_cast<T*>(out), typed, lo, hi, op);
