@@ -282,8 +282,9 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
                                   const AttentionOptions& options) {
   NoGradGuard no_grad;
   if (is_reduced_precision(q.dtype())) {
+    // (not a structured binding: clang 14 cannot capture one in the lambda below)
     const Chunking chunking = float32_chunks(q, k, v, options);
-    const int64_t b = chunking.b, chunk = chunking.chunk;  // not a structured binding: clang 14 cannot capture one in a lambda
+    const int64_t b = chunking.b, chunk = chunking.chunk;
     if (chunk < b) {
       AttentionOutput all;
       for (int64_t b0 = 0; b0 < b; b0 += chunk) {
@@ -363,8 +364,9 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const AttentionOptions& options) {
   NoGradGuard no_grad;
   if (is_reduced_precision(q.dtype())) {
+    // (not a structured binding: clang 14 cannot capture one in the lambda below)
     const Chunking chunking = float32_chunks(q, k, v, options);
-    const int64_t b = chunking.b, chunk = chunking.chunk;  // not a structured binding: clang 14 cannot capture one in a lambda
+    const int64_t b = chunking.b, chunk = chunking.chunk;
     if (chunk < b) {
       AttentionGrads all{empty_like(q), empty_like(k), empty_like(v)};
       for (int64_t b0 = 0; b0 < b; b0 += chunk) {
