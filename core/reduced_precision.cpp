@@ -299,6 +299,14 @@ class StagedBackend final : public Backend {
     s.finish();
   }
 
+  // A tile's description for the float32 kernel: its mask staged like the operands.
+  static AttentionTile float32_tile(Staging& s, const AttentionTile& t) {
+    AttentionTile f = t;
+    f.dtype = kFloat32;
+    f.mask = s.in(t.mask);
+    return f;
+  }
+
   // Attention's tile passes: ops_attention.cpp runs a 16-bit attention on float32 copies of
   // its inputs (one staging per call, not per tile), so these see 16 bits only if that
   // changes; they stay correct if it does.
@@ -307,9 +315,7 @@ class StagedBackend final : public Backend {
     if (!any_reduced({&sc, &m, &l, &o, &t.mask}))
       return inner_.attention_tile_forward(t, sc, m, l, o);
     Staging s(inner_, device_);
-    AttentionTile f = t;
-    f.dtype = kFloat32;
-    f.mask = s.in(t.mask);
+    const AttentionTile f = float32_tile(s, t);
     inner_.attention_tile_forward(f, s.inout(sc), s.inout(m), s.inout(l), s.inout(o));
     s.finish();
   }
@@ -317,9 +323,7 @@ class StagedBackend final : public Backend {
                             const TensorRef& pd) override {
     if (!any_reduced({&sc, &lse, &pd, &t.mask})) return inner_.attention_tile_probs(t, sc, lse, pd);
     Staging s(inner_, device_);
-    AttentionTile f = t;
-    f.dtype = kFloat32;
-    f.mask = s.in(t.mask);
+    const AttentionTile f = float32_tile(s, t);
     inner_.attention_tile_probs(f, s.inout(sc), s.in(lse), s.out(pd));
     s.finish();
   }
@@ -327,9 +331,7 @@ class StagedBackend final : public Backend {
                            const TensorRef& dsum) override {
     if (!any_reduced({&p, &dp, &dsum, &t.mask})) return inner_.attention_tile_grad(t, p, dp, dsum);
     Staging s(inner_, device_);
-    AttentionTile f = t;
-    f.dtype = kFloat32;
-    f.mask = s.in(t.mask);
+    const AttentionTile f = float32_tile(s, t);
     inner_.attention_tile_grad(f, s.in(p), s.inout(dp), s.in(dsum));
     s.finish();
   }

@@ -295,22 +295,6 @@ struct Groups {
 
 // ---------------------------------------------------------------- the strategies
 
-// ZeRO's step as an optim::Optimizer over this rank's own parameters (torch's
-// ZeroRedundancyOptimizer is an Optimizer; ours is not), so that a GradScaler unscales
-// exactly the gradients this rank steps on and runs step() — update, then broadcast from
-// the owners — only when no rank found an inf/NaN.
-class ZeroStep : public rg::optim::Optimizer {
- public:
-  explicit ZeroStep(par::ZeroRedundancyOptimizer& zero)
-      : Optimizer({{zero.local_parameters(), {}}}, 0.0, 0.0), zero_(zero) {}
-  void step() override { zero_.step(); }
-  std::string name() const override { return "ZeroStep"; }
-  std::vector<StateBuffer> state_buffers() const override { return {}; }
-
- private:
-  par::ZeroRedundancyOptimizer& zero_;
-};
-
 // The model under one strategy: the forward to call, the optimizer to step, and
 // how to clip, save and load — the only places the four differ.
 struct Trainer {

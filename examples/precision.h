@@ -27,6 +27,7 @@
 
 #include <ringgrad/optim/grad_scaler.h>
 #include <ringgrad/parallel/ddp.h>
+#include <ringgrad/parallel/zero.h>
 #include <ringgrad/ringgrad.h>
 
 #include <CLI/CLI.hpp>
@@ -61,4 +62,20 @@ struct CommHookOption {
     if (name == "fp16") return ringgrad::parallel::DDPCommHook::FP16Compress;
     return ringgrad::parallel::DDPCommHook::None;
   }
+};
+
+// ZeRO's step as an optim::Optimizer over this rank's own parameters (torch's
+// ZeroRedundancyOptimizer is an Optimizer; ours is not), so that a GradScaler unscales
+// exactly the gradients this rank steps on and runs step() — update, then broadcast from
+// the owners — only when no rank found an inf/NaN.
+class ZeroStep : public ringgrad::optim::Optimizer {
+ public:
+  explicit ZeroStep(ringgrad::parallel::ZeroRedundancyOptimizer& zero)
+      : Optimizer({{zero.local_parameters(), {}}}, 0.0, 0.0), zero_(zero) {}
+  void step() override { zero_.step(); }
+  std::string name() const override { return "ZeroStep"; }
+  std::vector<StateBuffer> state_buffers() const override { return {}; }
+
+ private:
+  ringgrad::parallel::ZeroRedundancyOptimizer& zero_;
 };
