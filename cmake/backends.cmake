@@ -136,12 +136,32 @@ endif()
 # of <dnnl.h>; a build without it compiles core/cpu/onednn/stub.cpp and GEMMs run on Eigen.
 set(RINGGRAD_HAVE_ONEDNN OFF)
 if(NOT RINGGRAD_ONEDNN STREQUAL "OFF" AND NOT RINGGRAD_FUZZ)
-  find_package(dnnl CONFIG QUIET)
+  # Debian's oneDNN is built with its OpenCL GPU runtime, and its package config calls
+  # find_package(OpenCL REQUIRED): without OpenCL's headers and loader that is a hard
+  # configure error, so look for OpenCL first and leave oneDNN out (AUTO) when it is missing.
+  find_package(OpenCL QUIET)
+  find_path(RINGGRAD_DNNL_CONFIG_DIR dnnl-config.cmake
+            PATH_SUFFIXES lib/x86_64-linux-gnu/cmake/dnnl lib/cmake/dnnl lib64/cmake/dnnl)
+  set(dnnl_needs_opencl "")
+  if(EXISTS "${RINGGRAD_DNNL_CONFIG_DIR}/dnnl-config.cmake")
+    file(STRINGS "${RINGGRAD_DNNL_CONFIG_DIR}/dnnl-config.cmake" dnnl_needs_opencl
+         REGEX "DNNL_GPU_RUNTIME \"OCL\"")
+  endif()
+  if(dnnl_needs_opencl AND NOT OpenCL_FOUND)
+    set(dnnl_FOUND OFF)
+    set(dnnl_why "its CMake package needs OpenCL, which was not found (Debian: apt-get install "
+                 "ocl-icd-opencl-dev)")
+  else()
+    find_package(dnnl CONFIG QUIET)
+    set(dnnl_why "not found (Debian: apt-get install libdnnl-dev, or set dnnl_DIR to a "
+                 "oneDNN install's lib/cmake/dnnl)")
+  endif()
   if(dnnl_FOUND)
     set(RINGGRAD_HAVE_ONEDNN ON)
   elseif(RINGGRAD_ONEDNN STREQUAL "ON")
-    message(FATAL_ERROR "RINGGRAD_ONEDNN=ON but oneDNN was not found (Debian: apt-get install "
-                        "libdnnl-dev, or set dnnl_DIR to a oneDNN install's lib/cmake/dnnl)")
+    message(FATAL_ERROR "RINGGRAD_ONEDNN=ON but oneDNN: " ${dnnl_why})
+  else()
+    message(STATUS "ringgrad: oneDNN left out: " ${dnnl_why} "; float32 GEMMs run on Eigen")
   endif()
 endif()
 if(RINGGRAD_HAVE_ONEDNN)
