@@ -34,7 +34,17 @@ check() {
   bad=1
 }
 
-for file in $(find . -name '*.md' -not -path './build*' -not -path './.git/*' | sort); do
+# The files to read: in a git checkout those git tracks or would (not what .gitignore
+# hides: build trees, bench/.venv with its thousands of third-party headers).
+files_under() {
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files --cached --others --exclude-standard -- "$@"
+  else
+    find "$@" -type f -not -path './build*' -not -path './.git/*' | sed 's|^\./||'
+  fi
+}
+
+for file in $(files_under . | grep -E '\.md$' | grep -v '^build' | sort); do
   file=${file#./}
   while read -r span; do
     for word in $span; do check "$file" "$word"; done
@@ -44,10 +54,12 @@ done
 present=$(for p in $(echo "$tops" | tr '|' ' ') ringgrad.h CMakeLists.txt; do
              if [ -e "$p" ]; then echo "$p"; fi
            done)
-sources=$(find $present -type f \
-            \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' -o -name '*.sh' \
-               -o -name '*.cmake' -o -name 'CMakeLists.txt' -o -perm -u+x \) |
-          grep -v '^build' | sort -u)
+sources=$(for f in $(files_under $present); do
+            case "$f" in
+              *.h | *.cpp | *.cu | *.cuh | *.sh | *.cmake | */CMakeLists.txt | CMakeLists.txt) echo "$f" ;;
+              *) [ -f "$f" ] && [ -x "$f" ] && echo "$f" ;;
+            esac
+          done | grep -v '^build' | sort -u)
 for file in $sources; do
   case "$file" in
     *.h | *.cpp | *.cu | *.cuh) comments=$(grep -oE '//.*' "$file" || true) ;;
