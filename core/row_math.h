@@ -110,10 +110,17 @@ RG_HD void attention_row_forward(const AttentionRow<T>& r, T* s, T& m, T& l, T* 
     for (int64_t j = 0; j < limit; ++j) lo = s[j] < lo ? s[j] : lo;
     block_max = scale * lo;
   }
-  const T m_new = m > block_max ? m : block_max;
-  if (m_new == T(-INFINITY)) {  // every key so far is masked
-    for (int64_t j = 0; j < cols; ++j) s[j] = T(0);
-    return;
+  T m_new = m > block_max ? m : block_max;
+  if (m_new == T(-INFINITY)) {
+    // Every key so far is masked — or every score of this block is NaN (the max skips
+    // NaN), which must come out NaN, as in torch, not as a masked row's 0.
+    bool nan = false;
+    for (int64_t j = 0; j < limit; ++j) nan = nan || s[j] != s[j];
+    if (!nan) {
+      for (int64_t j = 0; j < cols; ++j) s[j] = T(0);
+      return;
+    }
+    m_new = T(NAN);  // then every exp below, l and o are NaN
   }
   // Pass 2: s[j] = exp(x_j − m_new) (0 for masked keys), summed before dropout.
   const T x_scale = mask ? T(1) : scale;  // with a mask, s already holds x

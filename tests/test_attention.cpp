@@ -94,6 +94,21 @@ TEST_CASE("attention: fully masked rows give 0 and lse = -inf, without NaN") {
   check_close(f.out, std::vector<double>(6, 0.0));
 }
 
+TEST_CASE("attention: a NaN in a query row makes that row NaN, not a masked row's 0") {
+  // Every score of row 1 is NaN: the row pass's max skips NaN, which once read as "every
+  // key masked" and gave 0 (torch gives NaN, and a GradScaler must see it).
+  rg::Tensor q = rand64({1, 1, 3, 2}), k = rand64({1, 1, 5, 2}), v = rand64({1, 1, 5, 2});
+  q.select(2, 1).select(-1, 0).fill_(std::nan(""));
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    rg::AttentionOutput r = rg::attention_forward(q, k, v, tiny_tiles({.causal = causal}));
+    rg::Tensor nan_rows = (r.out != r.out).to(rg::kFloat64).sum(-1).view({3});
+    check_close(nan_rows, {0.0, 2.0, 0.0});
+    CHECK(std::isnan(r.lse.view({3}).select(0, 1).item()));
+    check_close(r.out.select(2, 0), reference_attention(q, k, v, {}, causal).select(2, 0), 1e-10);
+  }
+}
+
 TEST_CASE("attention: per key block + merge_attention_ == whole; backward with global out/lse") {
   // What ring attention does: each key block separately, merged; then each block's
   // dk/dv from the global (out, lse).
