@@ -13,6 +13,7 @@
 //
 //   build/bin/bench_transformer [--threads N] [--steps 20] [--precision fp32|bf16|fp16]
 //                               [--autocast off|bf16|fp16]   (or RINGGRAD_NUM_THREADS=N)
+//                               [--trace FILE.json]   (the timed steps: modules, backward nodes)
 // Prints: RESULT bench=transformer threads=N precision=… autocast=… tokens_per_s=… gflops=…
 //         ms_per_step=… peak_rss_mb=… peak_tensor_mb=…
 #include <sys/resource.h>
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--autocast", autocast, "run the float32 layer under rg::autocast")
       ->check(CLI::IsMember({"off", "bf16", "fp16"}));
+  std::string trace_path;
+  app.add_option("--trace", trace_path, "write a Chrome trace of the timed steps to FILE.json");
   CLI11_PARSE(app, argc, argv);
   const rg::DType dtype = dtypes.at(precision);
   rg::set_num_threads(threads);
@@ -68,9 +71,11 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < warmup; ++i) step();
   rg::reset_peak_memory();
+  if (!trace_path.empty()) rg::trace::start(trace_path);
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!trace_path.empty()) std::printf("trace: %s\n", rg::trace::stop().c_str());
 
   // Multiply-adds ×2 of forward; backward is about twice the forward.
   double tokens = double(batch * seq);

@@ -75,6 +75,36 @@ struct AttentionTile {
   int64_t total_rows = 0, total_cols = 0;
 };
 
+// One tile of one batch·head pair (tile.batch = tile.heads = 1), of any size, for a backend
+// that runs it as a single fused kernel (Backend::attention_tile_fused_*): ops_attention.cpp
+// passes a work item's whole row of tiles (forward: a query block against every key) or
+// column (backward: a key block against every query). Rows are tightly packed:
+// q, k (and dq, dk) rows of d elements, v, o, dout (and dv) rows of dv; each pointer is
+// the tile's first row.
+struct AttentionTileForward {
+  AttentionTile tile;
+  int64_t d = 0, dv = 0;
+  const void* q = nullptr;  // (rows, d)
+  const void* k = nullptr;  // (cols, d)
+  const void* v = nullptr;  // (cols, dv)
+  void* m = nullptr;        // (rows): running max, as attention_tile_forward's m
+  void* l = nullptr;        // (rows): running sum
+  void* o = nullptr;        // (rows, dv): running unnormalised output
+};
+struct AttentionTileBackward {
+  AttentionTile tile;
+  int64_t d = 0, dv = 0;
+  const void* q = nullptr;     // (rows, d)
+  const void* k = nullptr;     // (cols, d)
+  const void* v = nullptr;     // (cols, dv)
+  const void* dout = nullptr;  // (rows, dv)
+  const void* lse = nullptr;   // (rows): the global log-sum-exp
+  const void* dsum = nullptr;  // (rows): rowsum(dO ⊙ O)
+  void* dq = nullptr;          // (rows, d), added to
+  void* dk = nullptr;          // (cols, d), added to
+  void* dv_ = nullptr;         // (cols, dv), added to
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -144,6 +174,14 @@ class Backend {
   // gradient of the raw scores Q·Kᵀ (dsum = rowsum(dO ⊙ O)).
   virtual void attention_tile_grad(const AttentionTile& tile, const TensorRef& p,
                                    const TensorRef& dp, const TensorRef& dsum) = 0;
+  // A whole tile in one fused kernel, where the backend has one for it: the forward's
+  // S = Q·Kᵀ, online-softmax step and O += P̃·V (the three steps above and the GEMMs between
+  // them), or the backward's P, dV, dS, dK, dQ — the score tile never written out. False
+  // (nothing done) when it has none for this tile (dtype, head dims, a mask, dropout): the
+  // caller then runs the GEMMs and the row passes. The CPU has one for small head dims
+  // (core/cpu/attention_fused.cpp).
+  virtual bool attention_tile_fused_forward(const AttentionTileForward&) { return false; }
+  virtual bool attention_tile_fused_backward(const AttentionTileBackward&) { return false; }
   // How the tile loop of core/ops_attention.cpp is scheduled. Its work is cut into
   // independent items (forward: a query block; backward: a key block), each covering
   // `pairs_per_item` batch·head pairs in its GEMMs and row passes. The CPU takes one pair

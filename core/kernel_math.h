@@ -90,16 +90,26 @@ RG_HD T sign(T x) {
 // degree-6 Taylor polynomial (|r| ≤ ln2/2); measured error ≤ 2.6e-7 relative (≈ 2 ulp).
 // Below −87.3 (where float underflows) it is exactly 0, as exp(−∞) must be; above
 // about 88.4 (where e^x nears the largest float), +∞. float only: double calls std::exp.
+// (The pieces are named so that a kernel with vectors of its own, core/cpu/attention_fused.cpp,
+// computes the same function: the constants and exp_taylor6, which takes any type with + and ×.)
+inline constexpr float kExpMin = -87.3f, kExpMax = 88.7f;  // the clamp of x
+inline constexpr float kLog2e = 1.44269504f;
+inline constexpr float kLn2Hi = 0.693145752f;  // ln 2, high part (exact in float times small n)
+inline constexpr float kLn2Lo = 1.42860677e-6f;  // ln 2, low part
+template <typename T>
+RG_HD T exp_taylor6(T r) {  // e^r for |r| ≤ ln2/2
+  return 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+}
 template <typename T>
 RG_HD T exp_vec(T x) {
   if constexpr (sizeof(T) != 4) {
     return std::exp(x);
   } else {
-    float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-    float n = std::floor(xc * 1.44269504f + 0.5f);
-    float r = xc - n * 0.693145752f;  // ln 2, high part (exact in float times small n)
-    r = r - n * 1.42860677e-6f;        // ln 2, low part
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    float xc = x < kExpMin ? kExpMin : (x > kExpMax ? kExpMax : x);
+    float n = std::floor(xc * kLog2e + 0.5f);
+    float r = xc - n * kLn2Hi;
+    r = r - n * kLn2Lo;
+    float p = exp_taylor6(r);
     int32_t bits = (int32_t(n) + 127) << 23;  // 2^n, n in [−126, 128]
 #if defined(__CUDA_ARCH__)
     float scale = __int_as_float(bits);
@@ -107,7 +117,7 @@ RG_HD T exp_vec(T x) {
     float scale = std::bit_cast<float>(bits);
 #endif
     float e = n > 127.0f ? float(INFINITY) : p * scale;
-    return x < -87.3f ? 0.0f : e;
+    return x < kExpMin ? 0.0f : e;
   }
 }
 

@@ -3,7 +3,9 @@
 // One algorithm for every backend: the tile loop, the GEMMs and their operand
 // layouts live here; a backend supplies only GEMM, the three row passes of
 // backend.h (attention_tile_forward / _probs / _grad, math in row_math.h) and the
-// schedule of the loop's work items (attention_plan / attention_run).
+// schedule of the loop's work items (attention_plan / attention_run) — and, where it has
+// one, a kernel that runs a work item's whole row (or column) of tiles in one go
+// (attention_tile_fused_*: the CPU's for small head dims), which the loop tries first.
 //
 // Work items (np = the plan's pairs per item: 1 on the CPU, all N = B·H on a GPU):
 //   forward: (pairs, query block i), each looping over the key blocks j;
@@ -326,6 +328,15 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
     const int64_t i0 = (q_blocks - 1 - item % q_blocks) * bq;
     const int64_t rows = std::min(bq, s.tq - i0);
     void* tile_s = at_mut(scratch, worker * tile_elems);
+    // The whole row of tiles in one fused kernel, where the backend has one; else tile by tile.
+    if (np == 1 &&
+        be.attention_tile_fused_forward(
+            {.tile = P.at_tile(n0, i0, rows, 0, s.tk), .d = s.d, .dv = s.dv,
+             .q = at(P.q, (n0 * s.tq + i0) * s.d), .k = at(P.k, n0 * s.tk * s.d),
+             .v = at(P.v, n0 * s.tk * s.dv), .m = block_ref(m, s.tq, n0, np, i0, rows).data,
+             .l = block_ref(l, s.tq, n0, np, i0, rows).data,
+             .o = block_ref(out, s.tq, n0, np, i0, rows, s.dv).data}))
+      return;
     for (int64_t j0 = 0; j0 < s.tk && !P.skipped(i0, rows, j0); j0 += bk) {
       // (rows [ii, ii + rr) of the block: all of them, or a slice on the causal diagonal)
       P.for_each_part(i0, rows, j0, [&](int64_t ii, int64_t rr, int64_t cols) {
@@ -418,6 +429,14 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     Mat vjt{at(P.v, (n0 * s.tk + j0) * s.dv), s.tk * s.dv, 1, s.dv};
     void* dk_j = at_mut(dk, (n0 * s.tk + j0) * s.d);
     void* dv_j = at_mut(dv, (n0 * s.tk + j0) * s.dv);
+    // The whole column of tiles in one fused kernel, where the backend has one; else tile by tile.
+    if (np == 1 && be.attention_tile_fused_backward(
+                       {.tile = P.at_tile(n0, 0, s.tq, j0, std::min(bk, s.tk - j0)), .d = s.d,
+                        .dv = s.dv, .q = at(P.q, n0 * s.tq * s.d), .k = kj.p, .v = vjt.p,
+                        .dout = at(dO, n0 * s.tq * s.dv), .lse = block_ref(lse2, s.tq, n0, np, 0, s.tq).data,
+                        .dsum = block_ref(dsum, s.tq, n0, np, 0, s.tq).data, .dq = dq_n0,
+                        .dk = dk_j, .dv_ = dv_j}))
+      return;
     for (int64_t i0_block = 0; i0_block < s.tq; i0_block += bq) {
       const int64_t rows_block = std::min(bq, s.tq - i0_block);
       if (P.skipped(i0_block, rows_block, j0)) continue;
@@ -425,25 +444,25 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
       P.for_each_part(i0_block, rows_block, j0, [&](int64_t i0, int64_t rows, int64_t cols) {
         const int64_t n = np * rows * cols;
         const AttentionTile tile = P.at_tile(n0, i0, rows, j0, cols);
+        const TensorRef lse_i = block_ref(lse2, s.tq, n0, np, i0, rows);
+        const TensorRef dsum_i = block_ref(dsum, s.tq, n0, np, i0, rows);
+        void* dq_i = static_cast<char*>(dq_n0) + i0 * s.d * int64_t(element_size(q.dtype()));
         auto flat = [&](void* p) { return flat_ref(p, q.dtype(), n); };
         Mat doi{at(dO, (n0 * s.tq + i0) * s.dv), s.tq * s.dv, s.dv, 1};
         Mat qi{at(P.q, (n0 * s.tq + i0) * s.d), s.tq * s.d, s.d, 1};
         // P = exp(scale·Q_i·K_jᵀ + mask − lse) (and its dropped-out form)
         P.scores(be, probs, n0, np, i0, rows, j0, cols);
-        be.attention_tile_probs(tile, flat(probs), block_ref(lse2, s.tq, n0, np, i0, rows),
-                                dropout ? flat(dropped) : TensorRef{});
+        be.attention_tile_probs(tile, flat(probs), lse_i, dropout ? flat(dropped) : TensorRef{});
         // dV_j += P̃ᵀ · dO_i
         Mat used_t{dropout ? dropped : probs, rows * cols, 1, cols};  // what multiplied V
         gemm(be, q.dtype(), np, cols, s.dv, rows, used_t, doi, dv_j, s.tk * s.dv, s.dv, 1.0);
         // dP = dO_i · V_jᵀ, then dS = scale·P·(dP·keep − D)
         gemm(be, q.dtype(), np, rows, cols, s.dv, doi, vjt, dp, rows * cols, cols, 0.0);
-        be.attention_tile_grad(tile, flat(probs), flat(dp), block_ref(dsum, s.tq, n0, np, i0, rows));
+        be.attention_tile_grad(tile, flat(probs), flat(dp), dsum_i);
         // dK_j += dSᵀ · Q_i;  dQ_i += dS · K_j
         Mat ds{dp, rows * cols, cols, 1}, ds_t{dp, rows * cols, 1, cols};
         gemm(be, q.dtype(), np, cols, s.d, rows, ds_t, qi, dk_j, s.tk * s.d, s.d, 1.0);
-        gemm(be, q.dtype(), np, rows, s.d, cols, ds, kj,
-             static_cast<char*>(dq_n0) + i0 * s.d * int64_t(element_size(q.dtype())), s.tq * s.d,
-             s.d, 1.0);
+        gemm(be, q.dtype(), np, rows, s.d, cols, ds, kj, dq_i, s.tq * s.d, s.d, 1.0);
       });
     }
   };

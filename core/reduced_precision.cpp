@@ -335,6 +335,13 @@ class StagedBackend final : public Backend {
     inner_.attention_tile_grad(f, s.in(p), s.inout(dp), s.in(dsum));
     s.finish();
   }
+  // The fused tile kernels take float32 tiles only (16-bit attention arrives as float32).
+  bool attention_tile_fused_forward(const AttentionTileForward& a) override {
+    return !is_reduced_precision(a.tile.dtype) && inner_.attention_tile_fused_forward(a);
+  }
+  bool attention_tile_fused_backward(const AttentionTileBackward& a) override {
+    return !is_reduced_precision(a.tile.dtype) && inner_.attention_tile_fused_backward(a);
+  }
   AttentionPlan attention_plan(int64_t pairs) override { return inner_.attention_plan(pairs); }
   void attention_run(int64_t items, const AttentionPlan& plan,
                      const std::function<void(int64_t, int)>& body) override {

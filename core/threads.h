@@ -6,6 +6,7 @@
 // a tiny loop costs more than it saves.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace ringgrad {
@@ -16,5 +17,12 @@ int get_num_threads();
 // The CPU's float32 GEMM: "onednn-<version>" or "eigen" (RINGGRAD_GEMM=onednn|eigen|auto;
 // auto, the default: oneDNN where the build has it). float64 GEMMs are always Eigen's.
 std::string cpu_gemm_engine();
+
+// Which way the CPU computes a float32 attention tile with head dims d and dv and no mask
+// or dropout: "fused" (one kernel, the scores kept in registers: small head dims on
+// AVX-512, core/cpu/attention_fused.cpp) or "gemm" (GEMMs and row passes).
+// RINGGRAD_CPU_ATTENTION=auto|fused|gemm: auto (the default) as above; fused takes the
+// fused kernel on any CPU; gemm never.
+std::string cpu_attention_kernel(int64_t d, int64_t dv);
 
 }  // namespace ringgrad

@@ -53,6 +53,8 @@ class CpuBackend final : public Backend {
                             const TensorRef& pd) override;
   void attention_tile_grad(const AttentionTile& tile, const TensorRef& p, const TensorRef& dp,
                            const TensorRef& dsum) override;
+  bool attention_tile_fused_forward(const AttentionTileForward& a) override;  // attention_fused.cpp
+  bool attention_tile_fused_backward(const AttentionTileBackward& a) override;
   AttentionPlan attention_plan(int64_t pairs) override;
   void attention_run(int64_t items, const AttentionPlan& plan,
                      const std::function<void(int64_t, int)>& body) override;

@@ -1,0 +1,378 @@
+// attention_fused.cpp — blockwise attention in one fused pass per work item, for small
+// head dims (8 to 64).
+//
+// The tile loop (core/ops_attention.cpp) computes a tile as GEMMs and row passes: S = Q·Kᵀ
+// written out, the online-softmax pass over it, then P̃·V. At head dim 16 or 32 that is slow
+// on a CPU: the products are too thin for a BLAS (S = Q·Kᵀ has an inner dimension of d, so
+// every call packs its operands and writes a score tile for very little arithmetic), and
+// the row passes then read and write the whole tile again. Here the same math runs with
+// the scores kept in registers and the L1 cache, the way FlashAttention keeps them in a
+// GPU's shared memory.
+//
+// The layout: 16 positions ride in the 16 lanes of a vector (one AVX-512 register) — the
+// positions the work item owns, so that what it accumulates never leaves its lanes:
+//  - forward, an item is a query block: 16 queries per vector. Query group × key j is one
+//    vector, s_j = Σ_c Q̂ᵀ[c]·K[j, c], with Q̂ᵀ[c] (feature c of the 16 queries, times the
+//    softmax scale) in a register and K[j, c] broadcast from memory. The online softmax
+//    needs no horizontal work: the running max m and sum l of the 16 queries are vectors,
+//    compared and added lane by lane, and so is Oᵀ (dv features × 16 queries):
+//      s_j = Q̂·K_jᵀ (causal: −∞ past the diagonal)     m_new = max(m, max_j s_j)
+//      p_j = exp(s_j − m_new)                           l = c·l + Σ_j p_j, c = exp(m − m_new)
+//      Oᵀ[c] = c·Oᵀ[c] + Σ_j p_j·V[j, c]
+//  - backward, an item is a key block: 16 keys per vector. Key group × query i:
+//      p_i  = exp(Q[i, ·]·K̂ᵀ − lse_i)                  K̂ = scale·K
+//      ds_i = p_i·(dO[i, ·]·Vᵀ − D_i)                   D = rowsum(dO ⊙ O)
+//      dVᵀ[c] += Σ_i p_i·dO[i, c],  dKᵀ[c] += scale·Σ_i ds_i·Q[i, c]   (per lane: its key)
+//      dQ[i, ·] += Σ_j ds_i[j]·K̂[j, ·]                  (lanes: features, K̂ rows in registers)
+// Q, dO, lse and D are read as they lie (row by row, a broadcast per element); only the
+// item's own 16 positions are transposed, once, and written back once at the end.
+// Features are taken 16 at a time (a head dim of 32 is two passes), so at most 16 vectors
+// of one operand are held at once and the compiler keeps them all in registers.
+//
+// The vectors are GCC/clang vector extensions, not intrinsics: the same code compiles
+// for any x86 (and elsewhere); only with AVX-512 is each vector one register, and only
+// then (kWorthIt) does the CPU backend take this path unless told to
+// (RINGGRAD_CPU_ATTENTION, below). float32 only; a tile with a mask or dropout, or head
+// dims not compiled (compiled() below), goes the GEMM route. Same math as row_math.h's
+// passes, up to the order of float additions (tests/test_attention_fused.cpp).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#if defined(__AVX512F__)
+#include <immintrin.h>  // exp16's two AVX-512 instructions
+#endif
+
+#include "ringgrad/core/cpu/cpu_backend.h"
+#include "ringgrad/core/kernel_math.h"
+#include "ringgrad/core/threads.h"
+
+namespace ringgrad::cpu {
+namespace {
+
+constexpr int kLanes = 16;          // positions per vector
+constexpr int64_t kChunk = 128;     // keys (forward) or queries (backward) per pass: 8 KB of scores
+#if defined(__AVX512F__)
+constexpr bool kWorthIt = true;  // a vector is one register
+#else
+constexpr bool kWorthIt = false;  // a vector is 2–4 registers: the GEMM route is faster
+#endif
+
+using Vec = float __attribute__((vector_size(64)));     // 16 floats
+using IVec = int32_t __attribute__((vector_size(64)));  // 16 ints, or lane masks (−1 or 0)
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+Vec splat(float x) { return Vec{} + x; }
+Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+// The first n (≤ 16) floats at p (stride 1); the other lanes `fill`.
+Vec load_n(const float* p, int n, float fill = 0.0f) {
+  if (n == kLanes) return load(p);
+  alignas(64) float a[kLanes];
+  for (int i = 0; i < kLanes; ++i) a[i] = i < n ? p[i] : fill;
+  return load(a);
+}
+void store_n(float* p, Vec v, int n) {
+  if (n == kLanes) return store(p, v);
+  alignas(64) float a[kLanes];
+  store(a, v);
+  for (int i = 0; i < n; ++i) p[i] = a[i];
+}
+// Lane-wise max and min; a NaN in x passes through (vmaxps / vminps with x second).
+Vec max_of(Vec x, Vec y) { return y > x ? y : x; }
+Vec min_of(Vec x, Vec y) { return y < x ? y : x; }
+
+// max over j < n of s[j], lane by lane: four chains, so the loop is not one long wait on
+// vmaxps's latency.
+Vec lane_max(const float (*s)[kLanes], int64_t n) {
+  Vec m[4] = {splat(-kInf), splat(-kInf), splat(-kInf), splat(-kInf)};
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4)
+    for (int u = 0; u < 4; ++u) m[u] = max_of(m[u], load(s[j + u]));
+  for (; j < n; ++j) m[0] = max_of(m[0], load(s[j]));
+  return max_of(max_of(m[0], m[1]), max_of(m[2], m[3]));
+}
+
+// math::exp_vec on 16 lanes: the same range reduction and polynomial, exactly 0 below
+// kExpMin (so a hidden score, −∞, gives 0), +∞ past the top; a NaN stays NaN. With
+// AVX-512, n = round(x·log2 e) and p·2^n are one instruction each (vrndscaleps,
+// vscalefps); elsewhere n is rounded by the 1.5·2^23 trick and 2^n built from its bits.
+// (exp_vec rounds by floor(x·log2 e + ½): the same n but at exact ties, where either is
+// as good.)
+Vec exp16(Vec x) {
+  const Vec xc = min_of(x, splat(math::kExpMax));  // below kExpMin the result is replaced by 0
+#if defined(__AVX512F__)
+  // (the maskz_ forms with every lane set: the plain ones trip GCC 12's
+  // -Wmaybe-uninitialized on the undefined source register they pass)
+  const Vec n = (Vec)_mm512_maskz_roundscale_ps(0xFFFF, (__m512)(xc * math::kLog2e),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+  constexpr float kRound = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer
+  const Vec t = max_of(xc, splat(math::kExpMin)) * math::kLog2e + kRound;
+  const Vec n = t - kRound;
+#endif
+  Vec r = xc - n * math::kLn2Hi;
+  r = r - n * math::kLn2Lo;
+  const Vec p = math::exp_taylor6(r);
+#if defined(__AVX512F__)
+  const Vec e = (Vec)_mm512_maskz_scalef_ps(0xFFFF, (__m512)p, (__m512)n);  // p·2^n, ∞ past the top
+#else
+  const IVec bits = (((IVec)t - (IVec)splat(kRound)) + 127) << 23;  // 2^n, n in [−126, 128]
+  const Vec e = p * (Vec)bits;                                       // n = 128: p·∞ = ∞
+#endif
+  return x < math::kExpMin ? Vec{} : e;
+}
+
+// for_each_width<D>(f): f.template operator()<W>(c0) over the features [0, D) in pieces of
+// W = 16 (the last one narrower), W a compile-time constant.
+template <int D, typename F>
+void for_each_width(F&& f) {
+  for (int c0 = 0; c0 + kLanes <= D; c0 += kLanes) f.template operator()<kLanes>(c0);
+  if constexpr (D % kLanes != 0) f.template operator()<D % kLanes>(D / kLanes * kLanes);
+}
+
+// Rows [0, n) of x (row stride ld, n ≤ 16), D features, into t[c] lane i = scale·x[i, c];
+// lanes past n are 0. And back: x[i, c] (+)= scale·t[c] lane i for i < n.
+template <int D>
+void transpose_in(float (&t)[D][kLanes], const float* x, int64_t ld, int n, float scale) {
+  for (int c = 0; c < D; ++c)
+    for (int i = 0; i < kLanes; ++i) t[c][i] = i < n ? scale * x[i * ld + c] : 0.0f;
+}
+template <int D>
+void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, float scale, bool add) {
+  for (int i = 0; i < n; ++i)
+    for (int c = 0; c < D; ++c) x[i * ld + c] = (add ? x[i * ld + c] : 0.0f) + scale * t[c][i];
+}
+
+// out[r] = Σ_c a[r, c]·bt[c] for r < nr: a (nr, D) row-major (a broadcast per element),
+// bt (D, 16) transposed — the item's 16 lanes. Scores either way round: the forward's
+// s_j = K[j, ·]·Q̂ᵀ (lanes: queries), the backward's s_i = Q[i, ·]·K̂ᵀ and dp_i = dO[i, ·]·Vᵀ
+// (lanes: keys).
+template <int D>
+void lane_dots(float (*out)[kLanes], const float* a, int64_t nr, const float (&bt)[D][kLanes]) {
+  for_each_width<D>([&]<int W>(int c0) {
+    Vec b[W];
+    for (int c = 0; c < W; ++c) b[c] = load(bt[c0 + c]);
+    for (int64_t r = 0; r < nr; ++r) {
+      const float* ar = a + r * D + c0;
+      Vec acc0 = c0 == 0 ? Vec{} : load(out[r]), acc1{};  // two chains, half the latency
+      for (int c = 0; c + 1 < W; c += 2) {
+        acc0 += b[c] * ar[c];
+        acc1 += b[c + 1] * ar[c + 1];
+      }
+      if constexpr (W % 2) acc0 += b[W - 1] * ar[W - 1];
+      store(out[r], acc0 + acc1);
+    }
+  });
+}
+
+// acc[c] += Σ_r w[r]·x[r, c] for r < nr, c < D: acc (D, 16) transposed, x (nr, D) row-major.
+// The forward's Oᵀ += P̃ᵀ·V (lanes: queries), the backward's dVᵀ += Pᵀ·dO and dKᵀ += dSᵀ·Q
+// (lanes: keys).
+template <int D>
+void lane_accumulate(float (&acc)[D][kLanes], const float (*w)[kLanes], const float* x,
+                     int64_t nr, Vec factor = splat(1.0f)) {
+  for_each_width<D>([&]<int W>(int c0) {
+    Vec a[W];
+    for (int c = 0; c < W; ++c) a[c] = load(acc[c0 + c]) * factor;
+    for (int64_t r = 0; r < nr; ++r) {
+      const Vec wr = load(w[r]);
+      const float* xr = x + r * D + c0;
+      for (int c = 0; c < W; ++c) a[c] += wr * xr[c];
+    }
+    for (int c = 0; c < W; ++c) store(acc[c0 + c], a[c]);
+  });
+}
+
+// Causal, lanes as positions: lane ℓ of row r is visible iff ℓ ≤ r + diag (and ℓ < lanes).
+// Rows with r + diag ≥ 15 see every lane and are left alone.
+void hide(float (*s)[kLanes], int64_t nr, int64_t diag, int lanes, bool causal) {
+  if (!causal && lanes == kLanes) return;
+  static const IVec lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t last = std::min<int64_t>(causal ? r + diag : kLanes, lanes - 1);
+    if (last >= kLanes - 1) {
+      if (causal) break;  // and so are all the rows after it
+      continue;
+    }
+    const IVec visible = lane <= int32_t(std::max<int64_t>(last, -1));
+    store(s[r], visible ? load(s[r]) : splat(-kInf));
+  }
+}
+
+// ---- forward: an item is a query block; lanes are its queries ----
+template <int D, int DV>
+void forward_item(const AttentionTileForward& a) {
+  const AttentionTile& t = a.tile;
+  const float* q = static_cast<const float*>(a.q);
+  const float* k = static_cast<const float*>(a.k);
+  const float* v = static_cast<const float*>(a.v);
+  float* m_rows = static_cast<float*>(a.m);
+  float* l_rows = static_cast<float*>(a.l);
+  float* o = static_cast<float*>(a.o);
+  alignas(64) float qt[D][kLanes], ot[DV][kLanes], s[kChunk][kLanes];
+  for (int64_t g0 = 0; g0 < t.rows; g0 += kLanes) {
+    const int nq = int(std::min<int64_t>(kLanes, t.rows - g0));
+    // Key j (position col_pos + j) is visible to query g0 + i iff j ≤ i + diag.
+    const int64_t diag = t.row_pos + g0 - t.col_pos;
+    const int64_t keys = t.causal ? std::clamp<int64_t>(diag + nq, 0, t.cols) : t.cols;
+    if (keys == 0) continue;  // nothing visible: m, l, O stay as they are
+    transpose_in(qt, q + g0 * D, D, nq, float(t.scale));
+    transpose_in(ot, o + g0 * DV, DV, nq, 1.0f);
+    Vec m = load_n(m_rows + g0, nq, -kInf), l = load_n(l_rows + g0, nq);
+    for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
+      const int64_t nk = std::min(kChunk, keys - j0);
+      lane_dots<D>(s, k + j0 * D, nk, qt);  // s[j] lane i = scale·Q[i]·K[j]
+      if (t.causal) {
+        // key j0 + j hidden from query i when j0 + j > i + diag: per key, lanes i < j0 + j − diag
+        for (int64_t j = std::max<int64_t>(0, diag + 1 - j0); j < nk; ++j) {
+          static const IVec lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+          const IVec hidden = lane < int32_t(std::min<int64_t>(j0 + j - diag, kLanes));
+          store(s[j], hidden ? splat(-kInf) : load(s[j]));
+        }
+      }
+      // The online-softmax step, 16 rows at once (row_math.h attention_row_forward).
+      const Vec m_new = max_of(m, lane_max(s, nk));
+      const Vec m_use = m_new == -kInf ? Vec{} : m_new;  // a row that has seen only −∞
+      Vec sum{};
+      for (int64_t j = 0; j < nk; ++j) {
+        const Vec p = exp16(load(s[j]) - m_use);
+        store(s[j], p);
+        sum += p;
+      }
+      const Vec correction = exp16(m - m_use);  // 0 on the row's first keys (m = −∞)
+      l = l * correction + sum;
+      m = m_new;
+      lane_accumulate<DV>(ot, s, v + j0 * DV, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
+    }
+    transpose_out(ot, o + g0 * DV, DV, nq, 1.0f, false);
+    store_n(m_rows + g0, m, nq);
+    store_n(l_rows + g0, l, nq);
+  }
+}
+
+// ---- backward: an item is a key block; lanes are its keys ----
+template <int D, int DV>
+void backward_item(const AttentionTileBackward& a) {
+  const AttentionTile& t = a.tile;
+  const float* q = static_cast<const float*>(a.q);
+  const float* k = static_cast<const float*>(a.k);
+  const float* v = static_cast<const float*>(a.v);
+  const float* dout = static_cast<const float*>(a.dout);
+  const float* lse = static_cast<const float*>(a.lse);
+  const float* dsum = static_cast<const float*>(a.dsum);
+  float* dq = static_cast<float*>(a.dq);
+  float* dk = static_cast<float*>(a.dk);
+  float* dv = static_cast<float*>(a.dv_);
+  const float scale = float(t.scale);
+  alignas(64) float kt[D][kLanes], vt[DV][kLanes], dkt[D][kLanes], dvt[DV][kLanes];
+  alignas(64) float p[kChunk][kLanes], ds[kChunk][kLanes];
+  for (int64_t kg0 = 0; kg0 < t.cols; kg0 += kLanes) {
+    const int nk = int(std::min<int64_t>(kLanes, t.cols - kg0));
+    // Key lane j (position col_pos + kg0 + j) is visible to query i iff j ≤ i + diag.
+    const int64_t diag = t.row_pos - t.col_pos - kg0;
+    const int64_t first = t.causal ? std::clamp<int64_t>(-diag, 0, t.rows) : 0;
+    if (first == t.rows) continue;  // no query sees these keys
+    transpose_in(kt, k + kg0 * D, D, nk, scale);
+    transpose_in(vt, v + kg0 * DV, DV, nk, 1.0f);
+    // K̂'s rows too, for dQ (lanes: features): zero past the group's keys.
+    std::memset(dkt, 0, sizeof dkt);
+    std::memset(dvt, 0, sizeof dvt);
+    for (int64_t i0 = first; i0 < t.rows; i0 += kChunk) {
+      const int64_t ni = std::min(kChunk, t.rows - i0);
+      // P = exp(Q_i·K̂ᵀ − lse), hidden keys (and lanes past the group) 0
+      lane_dots<D>(p, q + i0 * D, ni, kt);
+      hide(p, ni, i0 + diag, nk, t.causal);
+      for (int64_t i = 0; i < ni; ++i) {
+        const float row_lse = lse[i0 + i] == -kInf ? kInf : lse[i0 + i];  // saw no key: P = 0
+        store(p[i], exp16(load(p[i]) - row_lse));
+      }
+      // dS = P·(dO_i·Vᵀ − D)   (the gradient of the scaled scores)
+      lane_dots<DV>(ds, dout + i0 * DV, ni, vt);
+      for (int64_t i = 0; i < ni; ++i) store(ds[i], load(p[i]) * (load(ds[i]) - dsum[i0 + i]));
+      // dVᵀ += Pᵀ·dO_i;  dKᵀ += dSᵀ·Q_i (scaled below)
+      lane_accumulate<DV>(dvt, p, dout + i0 * DV, ni);
+      lane_accumulate<D>(dkt, ds, q + i0 * D, ni);
+      // dQ_i += dS·K̂, 16 features at a time, K̂'s rows held in registers
+      for (int c0 = 0; c0 < D; c0 += kLanes) {
+        const int width = std::min(kLanes, D - c0);
+        Vec krow[kLanes];
+        for (int j = 0; j < kLanes; ++j)
+          krow[j] = j < nk ? scale * load_n(k + (kg0 + j) * D + c0, width) : Vec{};
+        for (int64_t i = 0; i < ni; ++i) {
+          float* dqi = dq + (i0 + i) * D + c0;
+          Vec acc0 = load_n(dqi, width), acc1{};
+          for (int j = 0; j < kLanes; j += 2) {
+            acc0 += ds[i][j] * krow[j];
+            acc1 += ds[i][j + 1] * krow[j + 1];
+          }
+          store_n(dqi, acc0 + acc1, width);
+        }
+      }
+    }
+    transpose_out(dkt, dk + kg0 * D, D, nk, scale, true);
+    transpose_out(dvt, dv + kg0 * DV, DV, nk, 1.0f, true);
+  }
+}
+
+// The head dims compiled, d = dv (a model's q, k and v heads are usually one width).
+constexpr bool compiled(int64_t d, int64_t dv) {
+  return d == dv && (d == 8 || d == 16 || d == 24 || d == 32 || d == 48 || d == 64);
+}
+template <typename F>
+void with_head_dims(int64_t d, F&& f) {
+  switch (d) {
+    case 8: return f.template operator()<8, 8>();
+    case 16: return f.template operator()<16, 16>();
+    case 24: return f.template operator()<24, 24>();
+    case 32: return f.template operator()<32, 32>();
+    case 48: return f.template operator()<48, 48>();
+    case 64: return f.template operator()<64, 64>();
+  }
+}
+
+// RINGGRAD_CPU_ATTENTION=auto|fused|gemm, read once. auto (the default): the fused kernel
+// where a vector is one register (kWorthIt); fused: wherever the kernel takes the tile,
+// on any CPU (tests run it so on machines without AVX-512 too); gemm: never.
+bool fused_wanted() {
+  static const bool yes = [] {
+    const char* env = std::getenv("RINGGRAD_CPU_ATTENTION");
+    const std::string_view v = env ? env : "auto";
+    RG_CHECK(v == "auto" || v == "fused" || v == "gemm", "RINGGRAD_CPU_ATTENTION",
+             "expected auto, fused or gemm, got \"", v, "\"");
+    return v == "fused" || (v == "auto" && kWorthIt);
+  }();
+  return yes;
+}
+
+bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv) {
+  return fused_wanted() && t.dtype == kFloat32 && !t.mask.data && t.dropout_p == 0 &&
+         t.batch * t.heads == 1 && compiled(d, dv);
+}
+
+}  // namespace
+
+bool CpuBackend::attention_tile_fused_forward(const AttentionTileForward& a) {
+  if (!fused_takes(a.tile, a.d, a.dv)) return false;
+  with_head_dims(a.d, [&]<int D, int DV>() { forward_item<D, DV>(a); });
+  return true;
+}
+
+bool CpuBackend::attention_tile_fused_backward(const AttentionTileBackward& a) {
+  if (!fused_takes(a.tile, a.d, a.dv)) return false;
+  with_head_dims(a.d, [&]<int D, int DV>() { backward_item<D, DV>(a); });
+  return true;
+}
+
+}  // namespace ringgrad::cpu
+
+std::string ringgrad::cpu_attention_kernel(int64_t d, int64_t dv) {
+  AttentionTile t;
+  return cpu::fused_takes(t, d, dv) ? "fused" : "gemm";
+}

@@ -1,0 +1,152 @@
+// test_attention_fused.cpp — float32 attention for small head dims, the CPU's fused tile
+// kernel (core/cpu/attention_fused.cpp), against the same problem in float64 (which always
+// goes the GEMM route): every compiled head dim, sequence lengths that fill neither a
+// 16-query group nor a key chunk, causal with ring attention's offsets, a negative scale,
+// large scores, fully hidden rows and NaN. ctest runs this file three ways: as built
+// (RINGGRAD_CPU_ATTENTION=auto: fused where the CPU has AVX-512), attention_fused_forced
+// (fused on any CPU) and attention_gemm_route (the GEMM route), so both routes meet the
+// same bounds on every machine.
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <tuple>
+
+#include "test_helpers.h"
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// How many elements of a bool tensor are true.
+double count(const rg::Tensor& t) { return t.to(rg::kFloat64).sum().item(); }
+
+// The largest |a − b| / (atol + rtol·|b|) over the elements: ≤ 1 passes.
+double worst(const rg::Tensor& a, const rg::Tensor& b, double atol, double rtol) {
+  rg::Tensor x = a.to(rg::kFloat64), y = b.to(rg::kFloat64);
+  return ((x - y).abs() / ((y.abs() * rtol) + atol)).max().item();
+}
+
+// Forward and backward in float32 against float64 on the same (rounded) inputs.
+void check_against_float64(int64_t heads, int64_t tq, int64_t tk, int64_t d,
+                           const rg::AttentionOptions& o, double q_gain = 1.0) {
+  rg::Tensor q = (rg::uniform({1, heads, tq, d}, -1, 1) * q_gain).contiguous();
+  rg::Tensor k = rg::uniform({1, heads, tk, d}, -1, 1), v = rg::uniform({1, heads, tk, d}, -1, 1);
+  rg::Tensor dout = rg::uniform({1, heads, tq, d}, -1, 1);
+  auto f64 = [](const rg::Tensor& t) { return t.to(rg::kFloat64); };
+  rg::AttentionOutput got = rg::attention_forward(q, k, v, o);
+  rg::AttentionOutput want = rg::attention_forward(f64(q), f64(k), f64(v), o);
+  CHECK(got.out.dtype() == rg::kFloat32);
+  CHECK(worst(got.out, want.out, 1e-5, 1e-4) <= 1.0);
+  // lse is −∞ exactly where every key is hidden; elsewhere close.
+  rg::Tensor hidden = want.lse == -kInf;
+  CHECK(count((got.lse == -kInf) != hidden) == 0);
+  rg::Tensor finite_got = rg::where(hidden, rg::zeros_like(got.lse), got.lse);
+  rg::Tensor finite_want = rg::where(hidden, rg::zeros_like(want.lse), want.lse);
+  CHECK(worst(finite_got, finite_want, 1e-5, 1e-5) <= 1.0);
+
+  rg::AttentionGrads g = rg::attention_backward(q, k, v, got.out, got.lse, dout, o);
+  rg::AttentionGrads h =
+      rg::attention_backward(f64(q), f64(k), f64(v), want.out, want.lse, f64(dout), o);
+  // Gradients sum over up to tk keys (dq) or tq queries (dk, dv): bounds grow with them.
+  const double atol = 2e-5 * std::sqrt(double(std::max(tq, tk)));
+  CHECK(worst(g.dq, h.dq, atol, 1e-3) <= 1.0);
+  CHECK(worst(g.dk, h.dk, atol, 1e-3) <= 1.0);
+  CHECK(worst(g.dv, h.dv, atol, 1e-3) <= 1.0);
+}
+
+std::string route_env() {
+  const char* e = std::getenv("RINGGRAD_CPU_ATTENTION");
+  return e ? e : "auto";
+}
+
+}  // namespace
+
+TEST_CASE("attention fused: the route is what RINGGRAD_CPU_ATTENTION asks for") {
+  const std::string env = route_env();
+  MESSAGE("RINGGRAD_CPU_ATTENTION=" << env << ": head dim 16 goes " << rg::cpu_attention_kernel(16, 16));
+  for (int64_t d : {8, 16, 24, 32, 48, 64}) {
+    CAPTURE(d);
+    if (env == "fused") CHECK(rg::cpu_attention_kernel(d, d) == "fused");
+    if (env == "gemm") CHECK(rg::cpu_attention_kernel(d, d) == "gemm");
+  }
+  // Head dims the kernel is not compiled for, and q/k heads of another width than v's.
+  CHECK(rg::cpu_attention_kernel(128, 128) == "gemm");
+  CHECK(rg::cpu_attention_kernel(12, 12) == "gemm");
+  CHECK(rg::cpu_attention_kernel(16, 32) == "gemm");
+}
+
+TEST_CASE("attention fused: every compiled head dim equals float64, forward and backward") {
+  rg::manual_seed(11);
+  for (int64_t d : {8, 16, 24, 32, 48, 64}) {
+    CAPTURE(d);
+    // 37 queries: two full 16-query groups and a partial one; 300 keys: a 256-key tile
+    // and a short one, the first tile two 128-key chunks.
+    check_against_float64(2, 37, 300, d, {});
+    check_against_float64(2, 37, 300, d, {.causal = true, .q_offset = 263});
+  }
+}
+
+TEST_CASE("attention fused: causal, tiles and offsets as ring attention makes them") {
+  rg::manual_seed(12);
+  for (auto [tq, tk, q_offset, k_offset] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{300, 300, 0, 0}, {129, 257, 128, 0},
+        {64, 64, 64, 0}, {100, 80, 0, 50}, {50, 200, 10, 0}}) {
+    CAPTURE(tq);
+    CAPTURE(tk);
+    CAPTURE(q_offset);
+    CAPTURE(k_offset);
+    rg::AttentionOptions o{.causal = true, .q_offset = q_offset, .k_offset = k_offset};
+    check_against_float64(1, tq, tk, 16, o);
+    o.block_q = 40, o.block_k = 24;  // tiles that cut 16-query groups and key chunks
+    check_against_float64(1, tq, tk, 32, o);
+  }
+}
+
+TEST_CASE("attention fused: a negative scale, and scores far beyond exp's range") {
+  rg::manual_seed(13);
+  check_against_float64(2, 40, 70, 16, {.scale = -0.7});
+  // |scores| up to ~200: only the online max keeps exp in range.
+  check_against_float64(2, 40, 70, 16, {}, 50.0);
+  check_against_float64(1, 40, 70, 32, {.causal = true}, 50.0);
+}
+
+TEST_CASE("attention fused: hidden rows give 0 and lse = -inf; a NaN reaches the output") {
+  rg::Tensor q = rg::uniform({1, 1, 20, 16}, -1, 1), k = rg::uniform({1, 1, 30, 16}, -1, 1),
+             v = rg::uniform({1, 1, 30, 16}, -1, 1);
+  // Every key after every query: nothing visible.
+  rg::AttentionOutput r = rg::attention_forward(q, k, v, {.causal = true, .k_offset = 100});
+  CHECK(r.out.abs().max().item() == 0.0);
+  CHECK(count(r.lse == -kInf) == 20);
+  rg::AttentionGrads g = rg::attention_backward(q, k, v, r.out, r.lse, rg::ones_like(r.out),
+                                                {.causal = true, .k_offset = 100});
+  CHECK(g.dq.abs().max().item() == 0.0);
+  CHECK(g.dk.abs().max().item() == 0.0);
+  CHECK(g.dv.abs().max().item() == 0.0);
+  // Keys 10… start where query 10 is: rows 0–9 see nothing, the rest a few keys.
+  check_against_float64(1, 20, 30, 16, {.causal = true, .k_offset = 10});
+
+  // A NaN in one query row makes that row NaN and leaves the others alone.
+  rg::Tensor qn = q.clone();
+  qn.select(2, 3).select(-1, 5).fill_(std::nan(""));
+  rg::AttentionOutput n = rg::attention_forward(qn, k, v);
+  rg::Tensor nan_per_row = (n.out != n.out).to(rg::kFloat64).sum(-1).view({20});
+  CHECK(nan_per_row.select(0, 3).item() == 16);
+  CHECK(nan_per_row.sum().item() == 16);
+}
+
+TEST_CASE("attention fused: float32 through scaled_dot_product_attention with autograd") {
+  // The path a model takes: (B, T, E) heads split as transposed views, gradients by autograd.
+  rg::manual_seed(14);
+  rg::Tensor x = rg::uniform({2, 50, 64}, -1, 1).requires_grad_();
+  rg::Tensor x64 = x.detach().to(rg::kFloat64).requires_grad_();
+  auto attend = [](const rg::Tensor& t) {
+    rg::Tensor h = t.view({2, 50, 4, 16}).transpose(1, 2);  // (B, H, T, D), a view
+    return rg::scaled_dot_product_attention(h, h, h, {.causal = true});
+  };
+  rg::Tensor out = attend(x), out64 = attend(x64);
+  CHECK(worst(out, out64, 1e-5, 1e-4) <= 1.0);
+  out.sum().backward();
+  out64.sum().backward();
+  CHECK(worst(x.grad(), x64.grad(), 1e-4, 1e-3) <= 1.0);
+}
