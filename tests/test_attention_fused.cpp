@@ -1,8 +1,8 @@
 // test_attention_fused.cpp — float32 attention for small head dims, the CPU's fused tile
 // kernel (core/cpu/attention_fused.cpp), against the same problem in float64 (which always
 // goes the GEMM route): every compiled head dim, sequence lengths that fill neither a
-// 16-query group nor a key chunk, causal with ring attention's offsets, a negative scale,
-// large scores, fully hidden rows and NaN. ctest runs this file three ways: as built
+// 16-query group nor a key chunk, causal with ring attention's offsets, masks (padding,
+// per query, additive and strided), a negative scale, large scores, fully hidden rows and NaN. ctest runs this file three ways: as built
 // (RINGGRAD_CPU_ATTENTION=auto: fused where the CPU has AVX-512), attention_fused_forced
 // (fused on any CPU) and attention_gemm_route (the GEMM route), so both routes meet the
 // same bounds on every machine.
@@ -101,6 +101,45 @@ TEST_CASE("attention fused: causal, tiles and offsets as ring attention makes th
     o.block_q = 40, o.block_k = 24;  // tiles that cut 16-query groups and key chunks
     check_against_float64(1, tq, tk, 32, o);
   }
+}
+
+TEST_CASE("attention fused: masks (padding, per query, additive with -inf), with causal") {
+  rg::manual_seed(15);
+  const int64_t tq = 37, tk = 300;  // keys: more than one 128-key chunk
+  // A key padding mask, broadcast over the queries as MultiheadAttention builds it (here
+  // per head, (1, H, 1, Tk)): true = may attend.
+  rg::Tensor pad = rg::ones({1, 2, 1, tk}, {.dtype = rg::kBool});
+  pad.narrow(3, 250, 50).fill_(0.0);
+  pad.select(1, 1).narrow(2, 3, 5).fill_(0.0);
+  // A general (Tq, Tk) mask, a few rows hidden entirely.
+  rg::Tensor any = rg::uniform({tq, tk}, 0, 1) > 0.3;
+  any.narrow(0, 5, 2).fill_(0.0);
+  for (const rg::Tensor& mask : {pad, any}) {
+    for (bool causal : {false, true}) {
+      CAPTURE(causal);
+      check_against_float64(2, tq, tk, 16, {.mask = mask, .causal = causal, .q_offset = 33});
+      rg::AttentionOptions o{.mask = mask, .causal = causal, .q_offset = 33};
+      o.block_q = 20, o.block_k = 24;
+      check_against_float64(2, tq, tk, 32, o);
+    }
+  }
+  // An additive float mask, strided (a transposed view): -inf hides, other values shift.
+  rg::Tensor add64 = rg::uniform({tk, tq}, -2, 2, {.dtype = rg::kFloat64});
+  add64 = rg::where(add64 > 1.5, rg::full({}, -kInf, {.dtype = rg::kFloat64}), add64).t();
+  rg::Tensor q = rg::uniform({1, 2, tq, 16}, -1, 1), k = rg::uniform({1, 2, tk, 16}, -1, 1),
+             v = rg::uniform({1, 2, tk, 16}, -1, 1);
+  auto f64 = [](const rg::Tensor& t) { return t.to(rg::kFloat64); };
+  rg::AttentionOutput got = rg::attention_forward(q, k, v, {.mask = add64.to(rg::kFloat32)});
+  rg::AttentionOutput want = rg::attention_forward(f64(q), f64(k), f64(v), {.mask = add64});
+  CHECK(worst(got.out, want.out, 1e-5, 1e-4) <= 1.0);
+  rg::Tensor dout = rg::uniform(got.out.shape(), -1, 1);
+  rg::AttentionGrads g =
+      rg::attention_backward(q, k, v, got.out, got.lse, dout, {.mask = add64.to(rg::kFloat32)});
+  rg::AttentionGrads h =
+      rg::attention_backward(f64(q), f64(k), f64(v), want.out, want.lse, f64(dout), {.mask = add64});
+  CHECK(worst(g.dq, h.dq, 2e-4, 1e-3) <= 1.0);
+  CHECK(worst(g.dk, h.dk, 2e-4, 1e-3) <= 1.0);
+  CHECK(worst(g.dv, h.dv, 2e-4, 1e-3) <= 1.0);
 }
 
 TEST_CASE("attention fused: a negative scale, and scores far beyond exp's range") {

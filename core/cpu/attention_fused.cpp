@@ -16,11 +16,11 @@
 //    softmax scale) in a register and K[j, c] broadcast from memory. The online softmax
 //    needs no horizontal work: the running max m and sum l of the 16 queries are vectors,
 //    compared and added lane by lane, and so is Oᵀ (dv features × 16 queries):
-//      s_j = Q̂·K_jᵀ (causal: −∞ past the diagonal)     m_new = max(m, max_j s_j)
+//      s_j = Q̂·K_jᵀ + mask (causal: −∞ past the diagonal)  m_new = max(m, max_j s_j)
 //      p_j = exp(s_j − m_new)                           l = c·l + Σ_j p_j, c = exp(m − m_new)
 //      Oᵀ[c] = c·Oᵀ[c] + Σ_j p_j·V[j, c]
 //  - backward, an item is a key block: 16 keys per vector. Key group × query i:
-//      p_i  = exp(Q[i, ·]·K̂ᵀ − lse_i)                  K̂ = scale·K
+//      p_i  = exp(Q[i, ·]·K̂ᵀ + mask − lse_i)           K̂ = scale·K
 //      ds_i = p_i·(dO[i, ·]·Vᵀ − D_i)                   D = rowsum(dO ⊙ O)
 //      dVᵀ[c] += Σ_i p_i·dO[i, c],  dKᵀ[c] += scale·Σ_i ds_i·Q[i, c]   (per lane: its key)
 //      dQ[i, ·] += Σ_j ds_i[j]·K̂[j, ·]                  (lanes: features, K̂ rows in registers)
@@ -32,8 +32,9 @@
 // The vectors are GCC/clang vector extensions, not intrinsics: the same code compiles
 // for any x86 (and elsewhere); only with AVX-512 is each vector one register, and only
 // then (kWorthIt) does the CPU backend take this path unless told to
-// (RINGGRAD_CPU_ATTENTION, below). float32 only; a tile with a mask or dropout, or head
-// dims not compiled (compiled() below), goes the GEMM route. Same math as row_math.h's
+// (RINGGRAD_CPU_ATTENTION, below). float32 only, with or without a mask (additive;
+// torch's bool masks arrive as 0/−∞); a tile with dropout, or head dims not compiled
+// (compiled() below), goes the GEMM route. Same math as row_math.h's
 // passes, up to the order of float additions (tests/test_attention_fused.cpp).
 #include <algorithm>
 #include <cstdlib>
@@ -206,6 +207,27 @@ void hide(float (*s)[kLanes], int64_t nr, int64_t diag, int lanes, bool causal) 
   }
 }
 
+// The additive mask (AttentionTile::mask, float32): s[r] lane ℓ += mask[r·row_step + ℓ·lane_step],
+// r < nr, lanes < n. A padding mask broadcasts along one of the two (step 0), and a
+// contiguous one has lane_step 1: both are one vector per row; any other is gathered.
+void add_mask(float (*s)[kLanes], int64_t nr, const float* mask, int64_t row_step,
+              int64_t lane_step, int n) {
+  for (int64_t r = 0; r < nr; ++r) {
+    const float* mr = mask + r * row_step;
+    Vec add;
+    if (lane_step == 0) {
+      add = splat(mr[0]);
+    } else if (lane_step == 1) {
+      add = load_n(mr, n);
+    } else {
+      alignas(64) float a[kLanes] = {};
+      for (int l = 0; l < n; ++l) a[l] = mr[l * lane_step];
+      add = load(a);
+    }
+    store(s[r], load(s[r]) + add);
+  }
+}
+
 // ---- forward: an item is a query block; lanes are its queries ----
 template <int D, int DV>
 void forward_item(const AttentionTileForward& a) {
@@ -216,6 +238,7 @@ void forward_item(const AttentionTileForward& a) {
   float* m_rows = static_cast<float*>(a.m);
   float* l_rows = static_cast<float*>(a.l);
   float* o = static_cast<float*>(a.o);
+  const float* mask = static_cast<const float*>(t.mask.data);  // null: none
   alignas(64) float qt[D][kLanes], ot[DV][kLanes], s[kChunk][kLanes];
   for (int64_t g0 = 0; g0 < t.rows; g0 += kLanes) {
     const int nq = int(std::min<int64_t>(kLanes, t.rows - g0));
@@ -229,6 +252,9 @@ void forward_item(const AttentionTileForward& a) {
     for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
       const int64_t nk = std::min(kChunk, keys - j0);
       lane_dots<D>(s, k + j0 * D, nk, qt);  // s[j] lane i = scale·Q[i]·K[j]
+      if (mask)  // s[j] lane i += mask[g0 + i, j0 + j]: rows are keys, lanes queries
+        add_mask(s, nk, mask + g0 * t.mask.strides[2] + j0 * t.mask.strides[3],
+                 t.mask.strides[3], t.mask.strides[2], nq);
       if (t.causal) {
         // key j0 + j hidden from query i when j0 + j > i + diag: per key, lanes i < j0 + j − diag
         for (int64_t j = std::max<int64_t>(0, diag + 1 - j0); j < nk; ++j) {
@@ -270,6 +296,7 @@ void backward_item(const AttentionTileBackward& a) {
   float* dq = static_cast<float*>(a.dq);
   float* dk = static_cast<float*>(a.dk);
   float* dv = static_cast<float*>(a.dv_);
+  const float* mask = static_cast<const float*>(t.mask.data);  // null: none
   const float scale = float(t.scale);
   alignas(64) float kt[D][kLanes], vt[DV][kLanes], dkt[D][kLanes], dvt[DV][kLanes];
   alignas(64) float p[kChunk][kLanes], ds[kChunk][kLanes];
@@ -288,6 +315,9 @@ void backward_item(const AttentionTileBackward& a) {
       const int64_t ni = std::min(kChunk, t.rows - i0);
       // P = exp(Q_i·K̂ᵀ − lse), hidden keys (and lanes past the group) 0
       lane_dots<D>(p, q + i0 * D, ni, kt);
+      if (mask)  // p[i] lane j += mask[i0 + i, kg0 + j]: rows are queries, lanes keys
+        add_mask(p, ni, mask + i0 * t.mask.strides[2] + kg0 * t.mask.strides[3],
+                 t.mask.strides[2], t.mask.strides[3], nk);
       hide(p, ni, i0 + diag, nk, t.causal);
       for (int64_t i = 0; i < ni; ++i) {
         const float row_lse = lse[i0 + i] == -kInf ? kInf : lse[i0 + i];  // saw no key: P = 0
@@ -352,7 +382,8 @@ bool fused_wanted() {
 }
 
 bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv) {
-  return fused_wanted() && t.dtype == kFloat32 && !t.mask.data && t.dropout_p == 0 &&
+  return fused_wanted() && t.dtype == kFloat32 &&
+         (!t.mask.data || t.mask.dtype == kFloat32) && t.dropout_p == 0 &&
          t.batch * t.heads == 1 && compiled(d, dv);
 }
 
