@@ -11,7 +11,8 @@
 # Flags both sides take: --steps --batch-size --d-model --layers --lr --dropout --clip
 # --eval-size --seed. Needs $RINGGRAD_BUILD_DIR/bin/transformer_reverse (default build/).
 # PyTorch: $RINGGRAD_TORCH_PYTHON, else bench/.venv, made on first use (bench/torch_python.sh).
-# The full recipe takes a few minutes per run on 2 cores, and there are four runs.
+# The full recipe takes a few minutes per run on 2 cores, and there are four runs
+# (times RINGGRAD_COMPARE_ROUNDS, default 1: on a noisy machine take 3, the best of each counts).
 # Ends with: RESULT bench=transformer_reverse ours_tokens_per_s=… torch_tokens_per_s=…
 #            ratio=… ours_exact_match=… torch_exact_match=… torch=… blas=… onednn=…
 #            threads=… interop=… isa=…   (exact_match and settings: each side's best run)
@@ -44,6 +45,9 @@ run_side() {
 }
 
 ours_best=0 torch_best=0 ours_match="" torch_match="" torch_settings=""
+rounds=${RINGGRAD_COMPARE_ROUNDS:-1}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare_transformer_reverse: RINGGRAD_COMPARE_ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2; }
+for round in $(seq "$rounds"); do
 for t in 1 2; do
   run_side ringgrad "$ringgrad_bin" --threads "$t" "$@"
   tps=$(echo "$line" | field tokens_per_s)
@@ -56,6 +60,7 @@ for t in 1 2; do
     torch_best=$tps torch_match=$(echo "$line" | field exact_match)
     torch_settings=$(echo "$line" | grep -o ' torch=.*')  # torch=… blas=… … to the end
   fi
+done
 done
 ratio=$(awk -v a="$ours_best" -v b="$torch_best" 'BEGIN { printf "%.2f", a / b }')
 echo "RESULT bench=transformer_reverse ours_tokens_per_s=$ours_best" \

@@ -329,14 +329,15 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
     const int64_t rows = std::min(bq, s.tq - i0);
     void* tile_s = at_mut(scratch, worker * tile_elems);
     // The whole row of tiles in one fused kernel, where the backend has one; else tile by tile.
-    if (np == 1 &&
-        be.attention_tile_fused_forward(
-            {.tile = P.at_tile(n0, i0, rows, 0, s.tk), .d = s.d, .dv = s.dv,
-             .q = at(P.q, (n0 * s.tq + i0) * s.d), .k = at(P.k, n0 * s.tk * s.d),
-             .v = at(P.v, n0 * s.tk * s.dv), .m = block_ref(m, s.tq, n0, np, i0, rows).data,
-             .l = block_ref(l, s.tq, n0, np, i0, rows).data,
-             .o = block_ref(out, s.tq, n0, np, i0, rows, s.dv).data}))
-      return;
+    if (np == 1) {
+      AttentionTileForward f{.tile = P.at_tile(n0, i0, rows, 0, s.tk), .d = s.d, .dv = s.dv};
+      f.q = at(P.q, (n0 * s.tq + i0) * s.d);
+      f.k = at(P.k, n0 * s.tk * s.d), f.v = at(P.v, n0 * s.tk * s.dv);
+      f.m = block_ref(m, s.tq, n0, np, i0, rows).data;
+      f.l = block_ref(l, s.tq, n0, np, i0, rows).data;
+      f.o = block_ref(out, s.tq, n0, np, i0, rows, s.dv).data;
+      if (be.attention_tile_fused_forward(f)) return;
+    }
     for (int64_t j0 = 0; j0 < s.tk && !P.skipped(i0, rows, j0); j0 += bk) {
       // (rows [ii, ii + rr) of the block: all of them, or a slice on the causal diagonal)
       P.for_each_part(i0, rows, j0, [&](int64_t ii, int64_t rr, int64_t cols) {
@@ -430,13 +431,16 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     void* dk_j = at_mut(dk, (n0 * s.tk + j0) * s.d);
     void* dv_j = at_mut(dv, (n0 * s.tk + j0) * s.dv);
     // The whole column of tiles in one fused kernel, where the backend has one; else tile by tile.
-    if (np == 1 && be.attention_tile_fused_backward(
-                       {.tile = P.at_tile(n0, 0, s.tq, j0, std::min(bk, s.tk - j0)), .d = s.d,
-                        .dv = s.dv, .q = at(P.q, n0 * s.tq * s.d), .k = kj.p, .v = vjt.p,
-                        .dout = at(dO, n0 * s.tq * s.dv), .lse = block_ref(lse2, s.tq, n0, np, 0, s.tq).data,
-                        .dsum = block_ref(dsum, s.tq, n0, np, 0, s.tq).data, .dq = dq_n0,
-                        .dk = dk_j, .dv_ = dv_j}))
-      return;
+    if (np == 1) {
+      AttentionTileBackward b{.tile = P.at_tile(n0, 0, s.tq, j0, std::min(bk, s.tk - j0)),
+                              .d = s.d, .dv = s.dv};
+      b.q = at(P.q, n0 * s.tq * s.d), b.k = kj.p, b.v = vjt.p;
+      b.dout = at(dO, n0 * s.tq * s.dv);
+      b.lse = block_ref(lse2, s.tq, n0, np, 0, s.tq).data;
+      b.dsum = block_ref(dsum, s.tq, n0, np, 0, s.tq).data;
+      b.dq = dq_n0, b.dk = dk_j, b.dv_ = dv_j;
+      if (be.attention_tile_fused_backward(b)) return;
+    }
     for (int64_t i0_block = 0; i0_block < s.tq; i0_block += bq) {
       const int64_t rows_block = std::min(bq, s.tq - i0_block);
       if (P.skipped(i0_block, rows_block, j0)) continue;

@@ -2,10 +2,10 @@
 // kernel (core/cpu/attention_fused.cpp), against the same problem in float64 (which always
 // goes the GEMM route): every compiled head dim, sequence lengths that fill neither a
 // 16-query group nor a key chunk, causal with ring attention's offsets, masks (padding,
-// per query, additive and strided), a negative scale, large scores, fully hidden rows and NaN. ctest runs this file three ways: as built
-// (RINGGRAD_CPU_ATTENTION=auto: fused where the CPU has AVX-512), attention_fused_forced
-// (fused on any CPU) and attention_gemm_route (the GEMM route), so both routes meet the
-// same bounds on every machine.
+// per query, additive and strided), a negative scale, large scores, fully hidden rows and NaN.
+// ctest runs this file three ways: as built (RINGGRAD_CPU_ATTENTION=auto: fused where the CPU has
+// AVX-512), attention_fused_forced (fused on any CPU) and attention_gemm_route (the GEMM route), so
+// both routes meet the same bounds on every machine.
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -64,7 +64,8 @@ std::string route_env() {
 
 TEST_CASE("attention fused: the route is what RINGGRAD_CPU_ATTENTION asks for") {
   const std::string env = route_env();
-  MESSAGE("RINGGRAD_CPU_ATTENTION=" << env << ": head dim 16 goes " << rg::cpu_attention_kernel(16, 16));
+  MESSAGE("RINGGRAD_CPU_ATTENTION=" << env << ": head dim 16 goes "
+                                    << rg::cpu_attention_kernel(16, 16));
   for (int64_t d : {8, 16, 24, 32, 48, 64}) {
     CAPTURE(d);
     if (env == "fused") CHECK(rg::cpu_attention_kernel(d, d) == "fused");
@@ -90,8 +91,11 @@ TEST_CASE("attention fused: every compiled head dim equals float64, forward and 
 TEST_CASE("attention fused: causal, tiles and offsets as ring attention makes them") {
   rg::manual_seed(12);
   for (auto [tq, tk, q_offset, k_offset] :
-       {std::tuple<int64_t, int64_t, int64_t, int64_t>{300, 300, 0, 0}, {129, 257, 128, 0},
-        {64, 64, 64, 0}, {100, 80, 0, 50}, {50, 200, 10, 0}}) {
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{300, 300, 0, 0},
+        {129, 257, 128, 0},
+        {64, 64, 64, 0},
+        {100, 80, 0, 50},
+        {50, 200, 10, 0}}) {
     CAPTURE(tq);
     CAPTURE(tk);
     CAPTURE(q_offset);
@@ -135,8 +139,8 @@ TEST_CASE("attention fused: masks (padding, per query, additive with -inf), with
   rg::Tensor dout = rg::uniform(got.out.shape(), -1, 1);
   rg::AttentionGrads g =
       rg::attention_backward(q, k, v, got.out, got.lse, dout, {.mask = add64.to(rg::kFloat32)});
-  rg::AttentionGrads h =
-      rg::attention_backward(f64(q), f64(k), f64(v), want.out, want.lse, f64(dout), {.mask = add64});
+  rg::AttentionGrads h = rg::attention_backward(f64(q), f64(k), f64(v), want.out, want.lse,
+                                                f64(dout), {.mask = add64});
   CHECK(worst(g.dq, h.dq, 2e-4, 1e-3) <= 1.0);
   CHECK(worst(g.dk, h.dk, 2e-4, 1e-3) <= 1.0);
   CHECK(worst(g.dv, h.dv, 2e-4, 1e-3) <= 1.0);

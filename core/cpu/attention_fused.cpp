@@ -52,12 +52,12 @@
 namespace ringgrad::cpu {
 namespace {
 
-constexpr int kLanes = 16;          // positions per vector
-constexpr int64_t kChunk = 128;     // keys (forward) or queries (backward) per pass: 8 KB of scores
+constexpr int kLanes = 16;       // positions per vector
+constexpr int64_t kChunk = 128;  // keys (forward) or queries (backward) per pass: 8 KB of scores
 #if defined(__AVX512F__)
 constexpr bool kWorthIt = true;  // a vector is one register
 #else
-constexpr bool kWorthIt = false;  // a vector is 2–4 registers: the GEMM route is faster
+constexpr bool kWorthIt = false;         // a vector is 2–4 registers: the GEMM route is faster
 #endif
 
 using Vec = float __attribute__((vector_size(64)));     // 16 floats
@@ -125,7 +125,7 @@ Vec exp16(Vec x) {
   const Vec e = (Vec)_mm512_maskz_scalef_ps(0xFFFF, (__m512)p, (__m512)n);  // p·2^n, ∞ past the top
 #else
   const IVec bits = (((IVec)t - (IVec)splat(kRound)) + 127) << 23;  // 2^n, n in [−126, 128]
-  const Vec e = p * (Vec)bits;                                       // n = 128: p·∞ = ∞
+  const Vec e = p * (Vec)bits;                                      // n = 128: p·∞ = ∞
 #endif
   return x < math::kExpMin ? Vec{} : e;
 }
@@ -146,7 +146,8 @@ void transpose_in(float (&t)[D][kLanes], const float* x, int64_t ld, int n, floa
     for (int i = 0; i < kLanes; ++i) t[c][i] = i < n ? scale * x[i * ld + c] : 0.0f;
 }
 template <int D>
-void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, float scale, bool add) {
+void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, float scale,
+                   bool add) {
   for (int i = 0; i < n; ++i)
     for (int c = 0; c < D; ++c) x[i * ld + c] = (add ? x[i * ld + c] : 0.0f) + scale * t[c][i];
 }
@@ -177,8 +178,8 @@ void lane_dots(float (*out)[kLanes], const float* a, int64_t nr, const float (&b
 // The forward's Oᵀ += P̃ᵀ·V (lanes: queries), the backward's dVᵀ += Pᵀ·dO and dKᵀ += dSᵀ·Q
 // (lanes: keys).
 template <int D>
-void lane_accumulate(float (&acc)[D][kLanes], const float (*w)[kLanes], const float* x,
-                     int64_t nr, Vec factor = splat(1.0f)) {
+void lane_accumulate(float (&acc)[D][kLanes], const float (*w)[kLanes], const float* x, int64_t nr,
+                     Vec factor = splat(1.0f)) {
   for_each_width<D>([&]<int W>(int c0) {
     Vec a[W];
     for (int c = 0; c < W; ++c) a[c] = load(acc[c0 + c]) * factor;
@@ -253,8 +254,8 @@ void forward_item(const AttentionTileForward& a) {
       const int64_t nk = std::min(kChunk, keys - j0);
       lane_dots<D>(s, k + j0 * D, nk, qt);  // s[j] lane i = scale·Q[i]·K[j]
       if (mask)  // s[j] lane i += mask[g0 + i, j0 + j]: rows are keys, lanes queries
-        add_mask(s, nk, mask + g0 * t.mask.strides[2] + j0 * t.mask.strides[3],
-                 t.mask.strides[3], t.mask.strides[2], nq);
+        add_mask(s, nk, mask + g0 * t.mask.strides[2] + j0 * t.mask.strides[3], t.mask.strides[3],
+                 t.mask.strides[2], nq);
       if (t.causal) {
         // key j0 + j hidden from query i when j0 + j > i + diag: per key, lanes i < j0 + j − diag
         for (int64_t j = std::max<int64_t>(0, diag + 1 - j0); j < nk; ++j) {
@@ -316,8 +317,8 @@ void backward_item(const AttentionTileBackward& a) {
       // P = exp(Q_i·K̂ᵀ − lse), hidden keys (and lanes past the group) 0
       lane_dots<D>(p, q + i0 * D, ni, kt);
       if (mask)  // p[i] lane j += mask[i0 + i, kg0 + j]: rows are queries, lanes keys
-        add_mask(p, ni, mask + i0 * t.mask.strides[2] + kg0 * t.mask.strides[3],
-                 t.mask.strides[2], t.mask.strides[3], nk);
+        add_mask(p, ni, mask + i0 * t.mask.strides[2] + kg0 * t.mask.strides[3], t.mask.strides[2],
+                 t.mask.strides[3], nk);
       hide(p, ni, i0 + diag, nk, t.causal);
       for (int64_t i = 0; i < ni; ++i) {
         const float row_lse = lse[i0 + i] == -kInf ? kInf : lse[i0 + i];  // saw no key: P = 0
@@ -358,12 +359,18 @@ constexpr bool compiled(int64_t d, int64_t dv) {
 template <typename F>
 void with_head_dims(int64_t d, F&& f) {
   switch (d) {
-    case 8: return f.template operator()<8, 8>();
-    case 16: return f.template operator()<16, 16>();
-    case 24: return f.template operator()<24, 24>();
-    case 32: return f.template operator()<32, 32>();
-    case 48: return f.template operator()<48, 48>();
-    case 64: return f.template operator()<64, 64>();
+    case 8:
+      return f.template operator()<8, 8>();
+    case 16:
+      return f.template operator()<16, 16>();
+    case 24:
+      return f.template operator()<24, 24>();
+    case 32:
+      return f.template operator()<32, 32>();
+    case 48:
+      return f.template operator()<48, 48>();
+    case 64:
+      return f.template operator()<64, 64>();
   }
 }
 
@@ -382,9 +389,8 @@ bool fused_wanted() {
 }
 
 bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv) {
-  return fused_wanted() && t.dtype == kFloat32 &&
-         (!t.mask.data || t.mask.dtype == kFloat32) && t.dropout_p == 0 &&
-         t.batch * t.heads == 1 && compiled(d, dv);
+  return fused_wanted() && t.dtype == kFloat32 && (!t.mask.data || t.mask.dtype == kFloat32) &&
+         t.dropout_p == 0 && t.batch * t.heads == 1 && compiled(d, dv);
 }
 
 }  // namespace
