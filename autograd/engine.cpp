@@ -8,7 +8,11 @@
 //    has delivered, so its buffer holds its complete gradient.
 // 3. Unless retain_graph, each node drops its saved tensors right after it ran:
 //    activations are freed while backward is still going.
-// 4. Every gradient a node returns is checked against the shape, dtype and
+// 4. Sums are formed in place where the engine alone holds the partial sum (a
+//    contiguous tensor no one else sees): two consumers of one tensor cost one
+//    buffer, not a fresh one per add. A one-input node may add straight into its
+//    input's sum (Node::add_into: a slice adds into its place only).
+// 5. Every gradient a node returns is checked against the shape, dtype and
 //    device its input had when the op was recorded (PyTorch's validate_outputs).
 // With tracing on (core/trace.h), the whole pass is one "backward" slice and
 // each node that runs is a slice inside it, named by its op ("matmul", …).
@@ -62,6 +66,22 @@ void check_gradient(const Node& node, size_t i, const Tensor& g) {
 
 // Callbacks queued by hooks during the backward running on this thread.
 thread_local std::vector<std::function<void()>>* pending_callbacks = nullptr;
+
+// Whether the engine may add into t in place: nothing else holds it or its storage,
+// and its elements do not overlap (an expanded gradient shares one element among many).
+bool owned_alone(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous();
+}
+
+// sum += g, in place where sum is the engine's alone.
+void accumulate(Tensor& sum, Tensor g) {
+  if (!sum.defined())
+    sum = std::move(g);
+  else if (owned_alone(sum))
+    sum.add_(g);
+  else
+    sum = add(sum, g);
+}
 
 }  // namespace
 
@@ -120,7 +140,13 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     Grads grads;
     {
       trace::Span span(node->name, "backward");
-      grads = g.defined() ? node->apply(std::move(g)) : Grads(node->next.size());
+      // A one-input node whose input already has a partial sum may add into it.
+      auto sum = node->next.size() == 1 && node->next[0].node
+                     ? buffers.find(node->next[0].node.get())
+                     : buffers.end();
+      const bool added = g.defined() && sum != buffers.end() && owned_alone(sum->second) &&
+                         node->add_into(g, sum->second);
+      if (!added) grads = g.defined() ? node->apply(std::move(g)) : Grads(node->next.size());
       if (!retain_graph) node->release();
     }
     for (size_t i = 0; i < node->next.size(); ++i) {
@@ -128,8 +154,7 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
       if (!next) continue;
       if (i < grads.size() && grads[i].defined()) {
         check_gradient(*node, i, grads[i]);
-        Tensor& buf = buffers[next.get()];
-        buf = buf.defined() ? add(buf, grads[i]) : std::move(grads[i]);
+        accumulate(buffers[next.get()], std::move(grads[i]));
       }
       if (--deps[next.get()] == 0) ready.push(next);
     }

@@ -35,6 +35,11 @@ inline bool needs_grad(std::initializer_list<const Tensor*> inputs) {
 void attach(Tensor& out, const char* name, const std::vector<const Tensor*>& inputs,
             FunctionNode::BackwardFn fn);
 
+// For a view that picks out part of its input (slice, select): `view` takes a tensor of
+// the input's shape to the same view of it; the backward is ViewScatterNode's (node.h).
+void record_view_backward(const char* name, Tensor& out, const Tensor& input,
+                          ViewScatterNode::ViewFn view);
+
 template <typename F>
 void record(const char* name, Tensor& out, std::initializer_list<const Tensor*> inputs,
             F&& backward) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ringgrad/autograd/function.h"
+#include "ringgrad/core/factory.h"
 #include "ringgrad/core/ops.h"
 
 namespace ringgrad::autograd {
@@ -28,6 +29,19 @@ Node::~Node() {
       for (Edge& e : n->next)
         if (e.node) pending.push_back(std::move(e.node));
   }  // n goes here, its edges already emptied
+}
+
+bool Node::add_into(const Tensor&, Tensor&) { return false; }
+
+Grads ViewScatterNode::apply(Tensor grad) {
+  Tensor source = zeros(next[0].shape, {.dtype = grad.dtype(), .device = grad.device()});
+  view(source).copy_(grad);
+  return {source};
+}
+
+bool ViewScatterNode::add_into(const Tensor& grad, Tensor& sum) {
+  view(sum).add_(grad);
+  return true;
 }
 
 Grads FunctionNode::apply(Tensor grad) {
@@ -79,13 +93,24 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, t.shape(), t.dtype(), t.device()};
 }
 
-void attach(Tensor& out, const char* name, const std::vector<const Tensor*>& inputs,
-            FunctionNode::BackwardFn fn) {
-  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+namespace {
+void attach_node(Tensor& out, std::shared_ptr<Node> node, const std::vector<const Tensor*>& inputs) {
   node->next.reserve(inputs.size());
   for (const Tensor* t : inputs) node->next.push_back(gradient_edge(*t));
   out.impl().grad_fn = std::move(node);
   out.impl().requires_grad = true;
+}
+}  // namespace
+
+void attach(Tensor& out, const char* name, const std::vector<const Tensor*>& inputs,
+            FunctionNode::BackwardFn fn) {
+  attach_node(out, std::make_shared<FunctionNode>(name, std::move(fn)), inputs);
+}
+
+void record_view_backward(const char* name, Tensor& out, const Tensor& input,
+                          ViewScatterNode::ViewFn view) {
+  if (!needs_grad({&input})) return;
+  attach_node(out, std::make_shared<ViewScatterNode>(name, std::move(view)), {&input});
 }
 
 }  // namespace ringgrad::autograd

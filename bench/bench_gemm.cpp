@@ -39,6 +39,7 @@ constexpr bool kHaveOneDnn = RINGGRAD_BENCH_ONEDNN;
 
 struct Shape3 {
   int64_t m, k, n;
+  bool a_transposed = false;  // A stored (K, M) and read as its transpose: a weight gradient dYᵀ·X
 };
 
 // Seconds per call of f over `reps` calls.
@@ -61,22 +62,29 @@ double max_abs_diff(const rg::Tensor& ours, const std::vector<float>& c) {
 
 Row measure(const Shape3& s, int threads, int rounds, double budget_s) {
   rg::set_num_threads(threads);
-  rg::Tensor a = rg::randn({s.m, s.k}), b = rg::randn({s.k, s.n});
+  // A as it lies: (M, K), or (K, M) read through .t() (no copy on either side).
+  rg::Tensor stored = s.a_transposed ? rg::randn({s.k, s.m}) : rg::randn({s.m, s.k});
+  rg::Tensor a = s.a_transposed ? stored.t() : stored, b = rg::randn({s.k, s.n});
   std::vector<float> c(static_cast<size_t>(s.m * s.n));
-  Eigen::Map<const RowMat> A(a.data_ptr<float>(), s.m, s.k);
+  using ColMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  Eigen::Map<const RowMat> A(stored.data_ptr<float>(), s.m, s.k);
+  Eigen::Map<const ColMat> At(stored.data_ptr<float>(), s.m, s.k);
   Eigen::Map<const RowMat> B(b.data_ptr<float>(), s.k, s.n);
   Eigen::Map<RowMat> C(c.data(), s.m, s.n);
 
   auto ours = [&] { rg::Tensor out = rg::matmul(a, b); };
   auto eigen = [&] {
     Eigen::setNbThreads(threads);  // Eigen's own threading, as a user of plain Eigen gets it
-    C.noalias() = A * B;
+    if (s.a_transposed)
+      C.noalias() = At * B;
+    else
+      C.noalias() = A * B;
   };
   auto onednn = [&] {
 #if RINGGRAD_BENCH_ONEDNN
     omp_set_num_threads(threads);  // oneDNN's own (OpenMP) threading
-    dnnl_sgemm('N', 'N', s.m, s.n, s.k, 1.0f, a.data_ptr<float>(), s.k, b.data_ptr<float>(), s.n,
-               0.0f, c.data(), s.n);
+    dnnl_sgemm(s.a_transposed ? 'T' : 'N', 'N', s.m, s.n, s.k, 1.0f, stored.data_ptr<float>(),
+               s.a_transposed ? s.m : s.k, b.data_ptr<float>(), s.n, 0.0f, c.data(), s.n);
 #endif
   };
   // Check they agree before timing them.
@@ -103,7 +111,8 @@ Row measure(const Shape3& s, int threads, int rounds, double budget_s) {
 
 std::string name_of(const Shape3& s) {
   char name[64];
-  std::snprintf(name, sizeof name, "(%ld,%ld,%ld)", long(s.m), long(s.k), long(s.n));
+  std::snprintf(name, sizeof name, "(%ld,%ld,%ld)%s", long(s.m), long(s.k), long(s.n),
+                s.a_transposed ? " A^T" : "");
   return name;
 }
 
@@ -112,9 +121,12 @@ std::string name_of(const Shape3& s) {
 int main(int argc, char** argv) {
   bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   // The article's MLP (64×784×256, 64×256×10), a transformer layer's projections at
-  // 2048 tokens, d 256 (QKV, FF up, FF down), and the classic square.
-  const std::vector<Shape3> shapes = {{64, 784, 256},    {64, 256, 10},     {2048, 256, 768},
-                                      {2048, 256, 1024}, {2048, 1024, 256}, {1024, 1024, 1024}};
+  // 2048 tokens, d 256 (QKV, FF up, FF down), their weight gradients (dYᵀ·X: A read
+  // transposed, K = the 2048 tokens), and the classic square (last).
+  const std::vector<Shape3> shapes = {
+      {64, 784, 256},         {64, 256, 10},          {2048, 256, 768},
+      {2048, 256, 1024},      {2048, 1024, 256},      {768, 2048, 256, true},
+      {1024, 2048, 256, true}, {256, 2048, 1024, true}, {1024, 1024, 1024}};
   const size_t square = shapes.size() - 1;
   const int rounds = quick ? 3 : 7;
   const double budget = quick ? 0.3 : 1.5;  // seconds per (shape, threads)

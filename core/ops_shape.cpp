@@ -74,14 +74,6 @@ bool view_strides(const Shape& old_shape, const Shape& old_strides, const Shape&
   return view_d == -1;
 }
 
-// Backward of a slice-like view: the gradient lands in zeros at the view's place.
-Tensor scatter_into_zeros(const Tensor& g, const Shape& source_shape,
-                          const std::function<Tensor(const Tensor&)>& same_view) {
-  Tensor z = zeros(source_shape, detail::options_of(g));
-  same_view(z).copy_(g);
-  return z;
-}
-
 }  // namespace
 
 Tensor Tensor::view(const Shape& requested) const {
@@ -162,12 +154,9 @@ Tensor Tensor::slice(int64_t dim_, int64_t start, int64_t end, int64_t step) con
   shape[d] = (end - start + step - 1) / step;
   st[d] = stride(d) * step;
   Tensor out = make_view(*this, shape, st, offset() + start * stride(d));
-  if (autograd::needs_grad({this}))
-    autograd::record("slice", out, {this},
-                     [s = this->shape(), d, start, end, step](const Tensor& g) {
-                       return Grads{scatter_into_zeros(
-                           g, s, [&](const Tensor& z) { return z.slice(d, start, end, step); })};
-                     });
+  autograd::record_view_backward("slice", out, *this, [d, start, end, step](const Tensor& z) {
+    return z.slice(d, start, end, step);
+  });
   return out;
 }
 
@@ -190,10 +179,8 @@ Tensor Tensor::select(int64_t dim_, int64_t index) const {
   shape.erase(shape.begin() + d);
   st.erase(st.begin() + d);
   Tensor out = make_view(*this, shape, st, offset() + index * stride(d));
-  if (autograd::needs_grad({this}))
-    autograd::record("select", out, {this}, [s = this->shape(), d, index](const Tensor& g) {
-      return Grads{scatter_into_zeros(g, s, [&](const Tensor& z) { return z.select(d, index); })};
-    });
+  autograd::record_view_backward("select", out, *this,
+                                 [d, index](const Tensor& z) { return z.select(d, index); });
   return out;
 }
 

@@ -430,3 +430,73 @@ TEST_CASE("autograd: a gradient of the wrong shape, dtype or device is named") {
   y3.sum().backward();
   check_close(x.grad(), {15, 18, 21, 24}, 1e-12);
 }
+
+// Slices of one tensor (Q, K and V of a fused projection; here overlapping too): the
+// first slice's backward makes the input's gradient, the others add into their places.
+TEST_CASE("autograd: slices and selects of one tensor sum their gradients") {
+  rg::Tensor x = test::leaf_of({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 6});
+  rg::Tensor h = x * 2.0;  // not a leaf: the sum forms in the engine's buffer for h
+  rg::Tensor a = h.narrow(1, 0, 2), b = h.narrow(1, 2, 2), c = h.narrow(1, 1, 3);
+  rg::Tensor d = h.select(0, 1), e = h.slice(1, 0, 6, 4);  // row 1; columns 0 and 4
+  rg::Tensor loss = (a * 1.0).sum() + (b * 10.0).sum() + (c * 100.0).sum() +
+                    (d * 1000.0).sum() + (e * 10000.0).sum();
+  loss.backward();
+  // d loss / d h per column (both rows), then row 1 gets 1000 more; times 2 for h = 2x.
+  const double col[6] = {1 + 10000, 1 + 100, 10 + 100, 10 + 100, 10000, 0};
+  std::vector<double> expected;
+  for (int r = 0; r < 2; ++r)
+    for (int j = 0; j < 6; ++j) expected.push_back(2 * (col[j] + (r == 1 ? 1000 : 0)));
+  check_close(x.grad(), expected, 1e-12);
+}
+
+// The engine's contract with Node::add_into: it is asked only where the partial sum is
+// the engine's alone and contiguous; otherwise the node's apply() runs and the sum is
+// formed out of place (an expanded gradient shares one element among many).
+TEST_CASE("autograd: add_into is asked only for a sum the engine owns alone") {
+  struct Identity : rg::autograd::Node {
+    Identity() : Node("identity") {}
+    int applied = 0, added = 0;
+    rg::autograd::Grads apply(rg::Tensor g) override { return ++applied, rg::autograd::Grads{g}; }
+    bool add_into(const rg::Tensor& g, rg::Tensor& sum) override {
+      ++added;
+      sum.add_(g);
+      return true;
+    }
+    void release() override {}
+  };
+  auto identity = [](const rg::Tensor& in, std::shared_ptr<Identity> node) {
+    rg::Tensor out = in.detach() * 1.0;
+    node->next.push_back(rg::autograd::gradient_edge(in));
+    out.impl().grad_fn = node;
+    out.impl().requires_grad = true;
+    return out;
+  };
+  rg::Tensor x = test::leaf_of({1, 2, 3}, {3});
+  rg::Tensor w = rg::from_vector<double>({5, 6, 7}, {3});
+  SUBCASE("a contiguous sum: added into") {
+    rg::Tensor h = x * 2.0;
+    auto first = std::make_shared<Identity>(), second = std::make_shared<Identity>();
+    rg::Tensor a = identity(h, first), b = identity(h, second);  // b's node runs first
+    ((a * w).sum() + (b * 3.0).sum()).backward();
+    CHECK(second->applied == 1);
+    CHECK(first->added == 1);
+    CHECK(first->applied == 0);
+    check_close(x.grad(), {2 * (5 + 3), 2 * (6 + 3), 2 * (7 + 3)}, 1e-12);
+  }
+  SUBCASE("an expanded sum: applied and added out of place") {
+    rg::Tensor h = x * 2.0;
+    auto first = std::make_shared<Identity>(), second = std::make_shared<Identity>();
+    rg::Tensor a = identity(h, first), b = identity(h, second);
+    // b's gradient: one 3 (a tensor of its own, made by the mul) expanded over 3 elements
+    ((a * w).sum() + b.sum() * 3.0).backward();
+    CHECK(second->applied == 1);
+    CHECK(first->added == 0);
+    CHECK(first->applied == 1);
+    check_close(x.grad(), {2 * 8, 2 * 9, 2 * 10}, 1e-12);
+  }
+  SUBCASE("one gradient for two inputs: not summed into itself") {
+    rg::Tensor h = x * 2.0;
+    ((h + h) * w).sum().backward();  // add's backward hands one tensor to both inputs
+    check_close(x.grad(), {2 * 2 * 5, 2 * 2 * 6, 2 * 2 * 7}, 1e-12);
+  }
+}
