@@ -13,15 +13,29 @@ namespace ringgrad::math {
 
 // ---- layer norm: y = (x − mean)·rstd·w + b, rstd = 1/√(var + eps) ----
 // x, y: one row of d elements; w, b may be null (no affine part).
+// Σ f(j) over j in [0, d), in 16 interleaved partial sums added pairwise at the end: 16
+// chains of adds side by side (one vector register on the CPU) where one running sum
+// makes every add wait for the last (a 256-wide row: ~1000 cycles, now ~70), and the
+// rounding error grows more slowly.
+template <typename T, typename F>
+RG_HD T row_sum(int64_t d, F f) {
+  constexpr int kParts = 16;
+  T part[kParts] = {};
+  int64_t j = 0;
+  for (; j + kParts <= d; j += kParts)
+    for (int p = 0; p < kParts; ++p) part[p] += f(j + p);
+  for (int p = 0; j + p < d; ++p) part[p] += f(j + p);
+  for (int width = kParts / 2; width > 0; width /= 2)
+    for (int p = 0; p < width; ++p) part[p] += part[p + width];
+  return part[0];
+}
+
 template <typename T>
 RG_HD void layer_norm_row(const T* x, int64_t d, T eps, const T* w, const T* b, T* y, T* mean_out,
                           T* rstd_out) {
-  T mean = 0;
-  for (int64_t j = 0; j < d; ++j) mean += x[j];
-  mean /= T(d);
-  T var = 0;  // two passes: no cancellation when |mean| ≫ std
-  for (int64_t j = 0; j < d; ++j) var += (x[j] - mean) * (x[j] - mean);
-  var /= T(d);
+  const T mean = row_sum<T>(d, [&](int64_t j) { return x[j]; }) / T(d);
+  // two passes: no cancellation when |mean| ≫ std
+  const T var = row_sum<T>(d, [&](int64_t j) { return (x[j] - mean) * (x[j] - mean); }) / T(d);
   T rstd = rsqrt(var + eps);
   for (int64_t j = 0; j < d; ++j) {
     T v = (x[j] - mean) * rstd;
@@ -39,17 +53,10 @@ RG_HD void layer_norm_row(const T* x, int64_t d, T eps, const T* w, const T* b, 
 template <typename T>
 RG_HD void layer_norm_backward_row(const T* dy, const T* x, int64_t d, T mean, T rstd, const T* w,
                                    T* dx) {
-  T sum_g = 0, sum_gx = 0;
-  for (int64_t j = 0; j < d; ++j) {
-    T g = w ? dy[j] * w[j] : dy[j];
-    sum_g += g;
-    sum_gx += g * (x[j] - mean) * rstd;
-  }
-  T mean_g = sum_g / T(d), mean_gx = sum_gx / T(d);
-  for (int64_t j = 0; j < d; ++j) {
-    T g = w ? dy[j] * w[j] : dy[j];
-    dx[j] = rstd * (g - mean_g - (x[j] - mean) * rstd * mean_gx);
-  }
+  auto g = [&](int64_t j) { return w ? dy[j] * w[j] : dy[j]; };
+  const T mean_g = row_sum<T>(d, g) / T(d);
+  const T mean_gx = row_sum<T>(d, [&](int64_t j) { return g(j) * (x[j] - mean) * rstd; }) / T(d);
+  for (int64_t j = 0; j < d; ++j) dx[j] = rstd * (g(j) - mean_g - (x[j] - mean) * rstd * mean_gx);
 }
 
 // ---- attention: one query row of a tile ----

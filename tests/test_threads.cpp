@@ -88,6 +88,23 @@ TEST_CASE("threads: large inputs give the same results on one thread and on many
     }
   check_close(a + b * c, want_add, 1e-6);
   check_close(a.sum(1), sum1, 1e-5);
+  // the two reduction loops: along a contiguous row (8 partial results, a tail of 4) and
+  // over rows in column blocks (300 columns: blocks of 128, 128 and 44)
+  std::vector<double> sum0(300, 0.0), max1(400, -1e300), min0(300, 1e300);
+  for (int i = 0; i < 400; ++i)
+    for (int j = 0; j < 300; ++j) {
+      sum0[j] += av[i * 300 + j];
+      max1[i] = std::max(max1[i], av[i * 300 + j]);
+      min0[j] = std::min(min0[j], av[i * 300 + j]);
+    }
+  check_close(a.sum(0), sum0, 1e-5);
+  check_close(rg::amax(a, {1}), max1, 0);
+  check_close(rg::amin(a, {0}), min0, 0);
+  rg::Tensor with_nan = a.clone();
+  with_nan.data_ptr<float>()[5 * 300 + 297] = NAN;  // in row 5's tail, column 297's block
+  CHECK(std::isnan(rg::amax(with_nan, {1}).data_ptr<float>()[5]));
+  CHECK(std::isnan(rg::amin(with_nan, {0}).data_ptr<float>()[297]));
+  CHECK(std::isnan(with_nan.sum(1).data_ptr<float>()[5]));
   check_close(rg::matmul(a, at.t()), naive_matmul(av, values(at.t()), 400, 300, 400), 1e-4);
   rg::Tensor idx = rg::randint(0, 300, {500});
   std::vector<int64_t> iv = idx.tolist<int64_t>();

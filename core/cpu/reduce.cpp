@@ -26,25 +26,40 @@ void reduce_values(const T* in, Out* out, int64_t outer, int64_t r, int64_t inne
                    Combine combine) {
   using A = decltype(init());
   if (inner == 1) {
+    // A contiguous row: 8 interleaved partial results (one vector of doubles), combined at
+    // the end, instead of one chain where each step waits for the last.
+    constexpr int kParts = 8;
     parallel_for(outer, outer * r, [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
         const T* x = in + o * r;
-        A acc = init();
-        for (int64_t k = 0; k < r; ++k) acc = combine(acc, A(x[k]));
-        out[o] = static_cast<Out>(acc);
+        A part[kParts];
+        for (A& a : part) a = init();
+        int64_t k = 0;
+        for (; k + kParts <= r; k += kParts)
+          for (int p = 0; p < kParts; ++p) part[p] = combine(part[p], A(x[k + p]));
+        for (int p = 0; k + p < r; ++p) part[p] = combine(part[p], A(x[k + p]));
+        for (int width = kParts / 2; width > 0; width /= 2)
+          for (int p = 0; p < width; ++p) part[p] = combine(part[p], part[p + width]);
+        out[o] = static_cast<Out>(part[0]);
       }
     });
     return;
   }
-  parallel_for(outer, outer * r * inner, [&](int64_t b, int64_t e) {
-    std::vector<A> acc(inner);
-    for (int64_t o = b; o < e; ++o) {
-      std::fill(acc.begin(), acc.end(), init());
+  // Columns in blocks of 128, so that one matrix summed over its rows (a bias gradient:
+  // outer 1) still splits over the threads.
+  constexpr int64_t kBlock = 128;
+  const int64_t blocks = (inner + kBlock - 1) / kBlock;
+  parallel_for(outer * blocks, outer * r * inner, [&](int64_t b, int64_t e) {
+    A acc[kBlock];
+    for (int64_t ob = b; ob < e; ++ob) {
+      const int64_t o = ob / blocks, j0 = ob % blocks * kBlock;
+      const int64_t n = std::min(kBlock, inner - j0);
+      std::fill(acc, acc + n, init());
       for (int64_t k = 0; k < r; ++k) {
-        const T* x = in + (o * r + k) * inner;
-        for (int64_t j = 0; j < inner; ++j) acc[j] = combine(acc[j], A(x[j]));
+        const T* x = in + (o * r + k) * inner + j0;
+        for (int64_t j = 0; j < n; ++j) acc[j] = combine(acc[j], A(x[j]));
       }
-      for (int64_t j = 0; j < inner; ++j) out[o * inner + j] = static_cast<Out>(acc[j]);
+      for (int64_t j = 0; j < n; ++j) out[o * inner + j0 + j] = static_cast<Out>(acc[j]);
     }
   });
 }
