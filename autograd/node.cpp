@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "ringgrad/autograd/function.h"
-#include "ringgrad/core/factory.h"
+#include "ringgrad/core/op_utils.h"
 #include "ringgrad/core/ops.h"
 
 namespace ringgrad::autograd {
@@ -34,7 +34,7 @@ Node::~Node() {
 bool Node::add_into(const Tensor&, Tensor&) { return false; }
 
 Grads ViewScatterNode::apply(Tensor grad) {
-  Tensor source = zeros(next[0].shape, {.dtype = grad.dtype(), .device = grad.device()});
+  Tensor source = zeros(next[0].shape, detail::options_of(grad));
   view(source).copy_(grad);
   return {source};
 }

@@ -26,6 +26,23 @@
 
 namespace ringgrad::math {
 
+// f(0) ⊕ f(1) ⊕ … ⊕ f(n − 1) in kParts interleaved partial results, combined pairwise at
+// the end: kParts chains side by side (one vector register on the CPU) where one running
+// result makes every step wait for the last (a 256-wide float sum: ~1000 cycles, this way
+// ~70). Exact for max and min; a sum's rounding error grows more slowly than in one chain.
+template <int kParts, typename A, typename F, typename Combine>
+RG_HD A fold_interleaved(int64_t n, A init, F f, Combine combine) {
+  A part[kParts];
+  for (int p = 0; p < kParts; ++p) part[p] = init;
+  int64_t j = 0;
+  for (; j + kParts <= n; j += kParts)
+    for (int p = 0; p < kParts; ++p) part[p] = combine(part[p], f(j + p));
+  for (int p = 0; j + p < n; ++p) part[p] = combine(part[p], f(j + p));
+  for (int width = kParts / 2; width > 0; width /= 2)
+    for (int p = 0; p < width; ++p) part[p] = combine(part[p], part[p + width]);
+  return part[0];
+}
+
 // Sum in A (double for floats, int64 for integers and for counting bools).
 template <typename A>
 struct SumState {

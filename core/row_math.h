@@ -8,28 +8,18 @@
 #pragma once
 
 #include "ringgrad/core/kernel_math.h"
+#include "ringgrad/core/reduce_math.h"
 
 namespace ringgrad::math {
 
-// ---- layer norm: y = (x − mean)·rstd·w + b, rstd = 1/√(var + eps) ----
-// x, y: one row of d elements; w, b may be null (no affine part).
-// Σ f(j) over j in [0, d), in 16 interleaved partial sums added pairwise at the end: 16
-// chains of adds side by side (one vector register on the CPU) where one running sum
-// makes every add wait for the last (a 256-wide row: ~1000 cycles, now ~70), and the
-// rounding error grows more slowly.
+// Σ f(j) over j in [0, d), in 16 partial sums (reduce_math.h's fold_interleaved).
 template <typename T, typename F>
 RG_HD T row_sum(int64_t d, F f) {
-  constexpr int kParts = 16;
-  T part[kParts] = {};
-  int64_t j = 0;
-  for (; j + kParts <= d; j += kParts)
-    for (int p = 0; p < kParts; ++p) part[p] += f(j + p);
-  for (int p = 0; j + p < d; ++p) part[p] += f(j + p);
-  for (int width = kParts / 2; width > 0; width /= 2)
-    for (int p = 0; p < width; ++p) part[p] += part[p + width];
-  return part[0];
+  return fold_interleaved<16>(d, T(0), f, [](T a, T b) { return a + b; });
 }
 
+// ---- layer norm: y = (x − mean)·rstd·w + b, rstd = 1/√(var + eps) ----
+// x, y: one row of d elements; w, b may be null (no affine part).
 template <typename T>
 RG_HD void layer_norm_row(const T* x, int64_t d, T eps, const T* w, const T* b, T* y, T* mean_out,
                           T* rstd_out) {

@@ -353,26 +353,17 @@ void backward_item(const AttentionTileBackward& a) {
 }
 
 // The head dims compiled, d = dv (a model's q, k and v heads are usually one width).
-constexpr bool compiled(int64_t d, int64_t dv) {
-  return d == dv && (d == 8 || d == 16 || d == 24 || d == 32 || d == 48 || d == 64);
-}
-template <typename F>
-void with_head_dims(int64_t d, F&& f) {
-  switch (d) {
-    case 8:
-      return f.template operator()<8, 8>();
-    case 16:
-      return f.template operator()<16, 16>();
-    case 24:
-      return f.template operator()<24, 24>();
-    case 32:
-      return f.template operator()<32, 32>();
-    case 48:
-      return f.template operator()<48, 48>();
-    case 64:
-      return f.template operator()<64, 64>();
+template <int... Ds>
+struct HeadDims {
+  static constexpr bool has(int64_t d) { return ((d == Ds) || ...); }
+  // f.operator()<d, d>() for a compiled d; nothing for another
+  template <typename F>
+  static void run(int64_t d, F&& f) {
+    (void)((d == Ds && (f.template operator()<Ds, Ds>(), true)) || ...);
   }
-}
+};
+using CompiledHeadDims = HeadDims<8, 16, 24, 32, 48, 64>;
+constexpr bool compiled(int64_t d, int64_t dv) { return d == dv && CompiledHeadDims::has(d); }
 
 // RINGGRAD_CPU_ATTENTION=auto|fused|gemm, read once. auto (the default): the fused kernel
 // where a vector is one register (kWorthIt); fused: wherever the kernel takes the tile,
@@ -397,13 +388,13 @@ bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv) {
 
 bool CpuBackend::attention_tile_fused_forward(const AttentionTileForward& a) {
   if (!fused_takes(a.tile, a.d, a.dv)) return false;
-  with_head_dims(a.d, [&]<int D, int DV>() { forward_item<D, DV>(a); });
+  CompiledHeadDims::run(a.d, [&]<int D, int DV>() { forward_item<D, DV>(a); });
   return true;
 }
 
 bool CpuBackend::attention_tile_fused_backward(const AttentionTileBackward& a) {
   if (!fused_takes(a.tile, a.d, a.dv)) return false;
-  with_head_dims(a.d, [&]<int D, int DV>() { backward_item<D, DV>(a); });
+  CompiledHeadDims::run(a.d, [&]<int D, int DV>() { backward_item<D, DV>(a); });
   return true;
 }
 

@@ -26,21 +26,12 @@ void reduce_values(const T* in, Out* out, int64_t outer, int64_t r, int64_t inne
                    Combine combine) {
   using A = decltype(init());
   if (inner == 1) {
-    // A contiguous row: 8 interleaved partial results (one vector of doubles), combined at
-    // the end, instead of one chain where each step waits for the last.
-    constexpr int kParts = 8;
+    // A contiguous row: 8 interleaved partial results (one vector of doubles).
     parallel_for(outer, outer * r, [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
         const T* x = in + o * r;
-        A part[kParts];
-        for (A& a : part) a = init();
-        int64_t k = 0;
-        for (; k + kParts <= r; k += kParts)
-          for (int p = 0; p < kParts; ++p) part[p] = combine(part[p], A(x[k + p]));
-        for (int p = 0; k + p < r; ++p) part[p] = combine(part[p], A(x[k + p]));
-        for (int width = kParts / 2; width > 0; width /= 2)
-          for (int p = 0; p < width; ++p) part[p] = combine(part[p], part[p + width]);
-        out[o] = static_cast<Out>(part[0]);
+        out[o] = static_cast<Out>(
+            math::fold_interleaved<8>(r, init(), [&](int64_t k) { return A(x[k]); }, combine));
       }
     });
     return;
