@@ -2,8 +2,11 @@
 // storage sharing, non-contiguous layouts, printing, and in-place ops.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <numeric>
 #include <sstream>
+#include <string>
 
 #include "test_helpers.h"
 
@@ -585,4 +588,23 @@ TEST_CASE("tensor: a storage's memory released in place: views fail clearly unti
   flat.fill_(2.0);
   CHECK(view.sum().item() == 6.0);
   flat.storage()->release_memory();  // destroyed while released: nothing freed twice
+}
+
+TEST_CASE("tensor: cpu blocks of 2 MiB and more are whole huge pages (RINGGRAD_HUGE_PAGES=0: not)") {
+  // core/cpu/backend.cpp: such a block starts on a 2 MiB boundary, so that the kernel can
+  // back it with transparent huge pages; a smaller one only on a cache line.
+  const char* env = std::getenv("RINGGRAD_HUGE_PAGES");
+  const bool huge = !env || std::string(env) != "0";
+  auto offset = [](const rg::Tensor& t, uintptr_t unit) {
+    return reinterpret_cast<uintptr_t>(t.raw_data()) % unit;
+  };
+  for (int64_t n : {int64_t(1) << 19, (int64_t(3) << 19) + 7, int64_t(1) << 22}) {  // 2, 6, 16 MiB
+    CAPTURE(n);
+    rg::Tensor t = rg::empty({n});
+    CHECK(offset(t, 64) == 0);
+    if (huge) CHECK(offset(t, uintptr_t(2) << 20) == 0);
+    t.fill_(1.0);  // the whole block is there to write
+    CHECK(t.sum().item() == double(n));
+  }
+  CHECK(offset(rg::empty({1000}), 64) == 0);
 }
