@@ -54,6 +54,9 @@ struct GemmArgs {
   void* c = nullptr;
   int64_t c_batch_stride = 0, c_row_stride = 0;
   double alpha = 1.0, beta = 0.0;
+  // (n) contiguous, of dtype, or null: added to every row of every product after
+  // alpha·A·B + beta·C — a Linear's bias. Set only where gemm_adds_bias(dtype) says so.
+  const void* bias = nullptr;
   int64_t ldc() const { return c_row_stride ? c_row_stride : n; }
 };
 
@@ -78,12 +81,20 @@ struct AttentionTile {
 // One tile of one batch·head pair (tile.batch = tile.heads = 1), of any size, for a backend
 // that runs it as a single fused kernel (Backend::attention_tile_fused_*): ops_attention.cpp
 // passes a work item's whole row of tiles (forward: a query block against every key) or
-// column (backward: a key block against every query). Rows are tightly packed:
-// q, k (and dq, dk) rows of d elements, v, o, dout (and dv) rows of dv; each pointer is
-// the tile's first row.
+// column (backward: a key block against every query). Each pointer is the tile's first
+// row; a row's elements are adjacent, and rows lie `ld` elements apart (the ld_ fields):
+// d or dv when the operand is tightly packed, the whole token's width when the heads are
+// still interleaved in a (B, T, H, D) tensor — the layout of a projection's output, read
+// and written in place so that no head ever has to be copied out or back.
+struct AttentionRows {
+  int64_t q = 0, k = 0, v = 0;  // rows of q, k (d elements) and v (dv)
+  int64_t o = 0;                // forward: rows of o; backward: rows of dout (dv)
+  int64_t dq = 0, dk = 0, dv = 0;  // backward: the gradients' rows
+};
 struct AttentionTileForward {
   AttentionTile tile;
   int64_t d = 0, dv = 0;
+  AttentionRows ld;         // row strides: q, k, v, o
   const void* q = nullptr;  // (rows, d)
   const void* k = nullptr;  // (cols, d)
   const void* v = nullptr;  // (cols, dv)
@@ -94,6 +105,7 @@ struct AttentionTileForward {
 struct AttentionTileBackward {
   AttentionTile tile;
   int64_t d = 0, dv = 0;
+  AttentionRows ld;            // row strides: q, k, v, o (dout), dq, dk, dv
   const void* q = nullptr;     // (rows, d)
   const void* k = nullptr;     // (cols, d)
   const void* v = nullptr;     // (cols, dv)
@@ -145,6 +157,9 @@ class Backend {
                                 int64_t outer, int64_t r, int64_t inner, bool log) = 0;
 
   virtual void gemm(const GemmArgs& args) = 0;
+  // Whether gemm takes GemmArgs::bias at this dtype (else addmm adds it after, in its own
+  // pass over C). The CPU adds it to each block of C just computed, while it is in cache.
+  virtual bool gemm_adds_bias(DType) const { return false; }
 
   // Layer norm over the last dim of contiguous x (n, d); weight/bias (d) may be absent
   // (data == nullptr). Writes y (n, d) and the per-row mean and 1/√(var + eps) (n).
@@ -182,6 +197,12 @@ class Backend {
   // (core/cpu/attention_fused.cpp).
   virtual bool attention_tile_fused_forward(const AttentionTileForward&) { return false; }
   virtual bool attention_tile_fused_backward(const AttentionTileBackward&) { return false; }
+  // Whether the two above take the tiles of a problem like `tile` (one pair; its dtype,
+  // mask dtype, dropout) at these head dims: asked once per call, so that the tile loop
+  // can read q, k, v where they lie (AttentionRows) instead of copying them first.
+  virtual bool attention_tile_fused(const AttentionTile&, int64_t /*d*/, int64_t /*dv*/) {
+    return false;
+  }
   // How the tile loop of core/ops_attention.cpp is scheduled. Its work is cut into
   // independent items (forward: a query block; backward: a key block), each covering
   // `pairs_per_item` batch·head pairs in its GEMMs and row passes. The CPU takes one pair

@@ -97,6 +97,10 @@ Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& target,
 // 1-D·1-D dot, matrix×vector, matrix×matrix, and batched with broadcast batch dims,
 // exactly as torch.matmul. Transposed operands are read in place, not copied.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// input + a·b, as torch.addmm (beta = alpha = 1): a (n, m), b (m, p), input broadcastable to
+// (n, p). A bias vector (p) is added inside the GEMM where the backend can (the CPU adds it
+// to each block of the product while that block is in cache): nn::linear's y = x·Wᵀ + b.
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b);
 
 // ---- indexing ----
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: 1-D int64

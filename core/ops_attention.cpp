@@ -14,6 +14,14 @@
 // fixed order: see attention_backward), each with its own scratch tiles, allocated once
 // per call.
 //
+// Layouts: the GEMM route reads contiguous (B, H, T, D) operands (copied once where they
+// are not). Where the backend's fused kernel takes the whole problem (fused_problem), q,
+// k, v and dO are read where they lie, rows a stride apart — heads split off a (B, T, H·D)
+// projection are transposed views — and the output and dQ, dK, dV are laid out like
+// their inputs (zeros_laid_out_like): (B, T, H, D) underneath, so that merging the heads
+// back into (B, T, E), or their gradients into the projection's, is a view, not a copy
+// (as PyTorch's CPU flash attention lays out its output).
+//
 // Shapes (bq × bk one tile):
 //   forward, per query block i, for each key block j:
 //     S   (np, bq, bk) = Q_i · K_jᵀ                       GEMM
@@ -135,11 +143,47 @@ TensorRef flat_ref(void* p, DType dtype, int64_t n) {
   return r;
 }
 
+// Whether the backend's fused kernel takes every work item of this problem (one pair per
+// item, and the tile's dtype, mask dtype, dropout and head dims): then q, k, v (and in the
+// backward dO, dQ, dK, dV) are read and written where they lie, rows a stride apart.
+bool fused_problem(Backend& be, const Dims4& s, DType dtype, const AttentionOptions& o) {
+  if (be.attention_plan(s.b * s.h).pairs_per_item != 1) return false;
+  AttentionTile t;
+  t.dtype = dtype;
+  t.dropout_p = o.dropout_p;
+  if (o.mask.defined()) {  // (only its dtype is asked about: the additive form's)
+    static const float probe = 0;
+    t.mask.data = const_cast<float*>(&probe);
+    t.mask.dtype = o.mask.dtype() == kBool ? dtype : o.mask.dtype();
+  }
+  return be.attention_tile_fused(t, s.d, s.dv);
+}
+
+// An operand of the fused route: as it lies where its rows' elements are adjacent (a head
+// split off a (B, T, H·D) projection), else a contiguous copy.
+Tensor rows_adjacent(const Tensor& t) {
+  const bool adjacent = t.size(3) == 1 || t.stride(3) == 1;
+  const bool rows_apart = t.size(2) == 1 || t.stride(2) != 0;  // (0 means packed to a kernel)
+  return adjacent && rows_apart ? t : t.contiguous();
+}
+
+// A new (B, H, T, w) tensor of zeros laid out like `like`: (B, T, H, w) underneath when
+// like's heads are interleaved within its tokens (stride(1) < stride(2)), so that the
+// output or gradient goes back to the projection's layout without a copy.
+Tensor zeros_laid_out_like(const Tensor& like, int64_t w) {
+  const int64_t b = like.size(0), h = like.size(1), t = like.size(2);
+  auto opts = detail::options_of(like);
+  if (h > 1 && t > 1 && like.stride(1) < like.stride(2))
+    return zeros({b, t, h, w}, opts).transpose(1, 2);
+  return zeros({b, h, t, w}, opts);
+}
+
 // Everything a tile loop needs, prepared once per call.
 struct Problem {
   Dims4 s;
   int64_t pairs;  // N = B·H
-  Tensor q, k, v;  // contiguous
+  bool fused;      // fused_problem: every item runs in the backend's fused kernel
+  Tensor q, k, v;  // contiguous, unless fused (then rows_adjacent)
   Tensor mask;     // expanded to (B, H, Tq, Tk) or undefined
   TensorRef mask_ref;  // its view (data null: none)
   AttentionTile tile;  // the fields shared by every tile
@@ -153,7 +197,9 @@ struct Problem {
       : o(opt) {
     s = check_inputs(q_, k_, v_, opt);
     pairs = s.b * s.h;
-    q = q_.contiguous(), k = k_.contiguous(), v = v_.contiguous();
+    fused = fused_problem(be, s, q_.dtype(), opt);
+    auto prepare = [&](const Tensor& t) { return fused ? rows_adjacent(t) : t.contiguous(); };
+    q = prepare(q_), k = prepare(k_), v = prepare(v_);
     if (opt.mask.defined()) {
       mask = additive_mask(opt.mask, q.dtype()).expand({s.b, s.h, s.tq, s.tk});
       mask_ref = ref(mask);
@@ -199,6 +245,13 @@ struct Problem {
     }
     return t;
   }
+
+  // Row i of pair n of a (B, H, T, ·) operand whose rows' elements are adjacent, and the
+  // distance between its rows.
+  static const void* row_at(const Tensor& t, int64_t heads, int64_t n, int64_t i) {
+    return at(t, n / heads * t.stride(0) + n % heads * t.stride(1) + i * t.stride(2));
+  }
+  static int64_t row_stride(const Tensor& t) { return t.stride(2); }
 
   // Causal: a key block that starts after the last query of the block sees nothing.
   bool skipped(int64_t i0, int64_t rows, int64_t j0) const {
@@ -312,7 +365,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
   Problem P(q, k, v, options, be);
   const Dims4& s = P.s;
   auto opts = detail::options_of(q);
-  Tensor out = zeros({s.b, s.h, s.tq, s.dv}, opts);
+  Tensor out = P.fused ? zeros_laid_out_like(P.q, s.dv) : zeros({s.b, s.h, s.tq, s.dv}, opts);
   Tensor m = full({P.pairs, s.tq}, -std::numeric_limits<double>::infinity(), opts);
   Tensor l = zeros({P.pairs, s.tq}, opts);
   const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
@@ -329,14 +382,19 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
     const int64_t rows = std::min(bq, s.tq - i0);
     void* tile_s = at_mut(scratch, worker * tile_elems);
     // The whole row of tiles in one fused kernel, where the backend has one; else tile by tile.
-    if (np == 1) {
-      AttentionTileForward f{.tile = P.at_tile(n0, i0, rows, 0, s.tk), .d = s.d, .dv = s.dv};
-      f.q = at(P.q, (n0 * s.tq + i0) * s.d);
-      f.k = at(P.k, n0 * s.tk * s.d), f.v = at(P.v, n0 * s.tk * s.dv);
+    if (P.fused) {
+      AttentionTileForward f;
+      f.tile = P.at_tile(n0, i0, rows, 0, s.tk), f.d = s.d, f.dv = s.dv;
+      f.ld.q = P.row_stride(P.q), f.ld.k = P.row_stride(P.k), f.ld.v = P.row_stride(P.v);
+      f.ld.o = P.row_stride(out);
+      f.q = P.row_at(P.q, s.h, n0, i0);
+      f.k = P.row_at(P.k, s.h, n0, 0), f.v = P.row_at(P.v, s.h, n0, 0);
       f.m = block_ref(m, s.tq, n0, np, i0, rows).data;
       f.l = block_ref(l, s.tq, n0, np, i0, rows).data;
-      f.o = block_ref(out, s.tq, n0, np, i0, rows, s.dv).data;
-      if (be.attention_tile_fused_forward(f)) return;
+      f.o = const_cast<void*>(P.row_at(out, s.h, n0, i0));
+      RG_CHECK(be.attention_tile_fused_forward(f), kOp,
+               "internal: the backend's fused kernel declined a tile it said it takes");
+      return;
     }
     for (int64_t j0 = 0; j0 < s.tk && !P.skipped(i0, rows, j0); j0 += bk) {
       // (rows [ii, ii + rr) of the block: all of them, or a slice on the causal diagonal)
@@ -406,10 +464,13 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
            " and lse (B, H, Tq), got out ", shape_str(out.shape()), ", dout ",
            shape_str(dout.shape()), ", lse ", shape_str(lse.shape()));
   auto opts = detail::options_of(q);
-  Tensor dO = dout.contiguous();
+  Tensor dO = P.fused ? rows_adjacent(dout) : dout.contiguous();
   Tensor lse2 = lse.contiguous().view({P.pairs, s.tq});
   Tensor dsum = (dO * out).sum(-1).contiguous().view({P.pairs, s.tq});  // D = rowsum(dO ⊙ O)
-  Tensor dq = zeros(q.shape(), opts), dk = zeros(k.shape(), opts), dv = zeros(v.shape(), opts);
+  // (fused: each gradient laid out like its input, a projection's layout where q, k, v were)
+  Tensor dq = P.fused ? zeros_laid_out_like(P.q, s.d) : zeros(q.shape(), opts);
+  Tensor dk = P.fused ? zeros_laid_out_like(P.k, s.d) : zeros(k.shape(), opts);
+  Tensor dv = P.fused ? zeros_laid_out_like(P.v, s.dv) : zeros(v.shape(), opts);
   const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
   const int64_t k_blocks = (s.tk + bk - 1) / bk;
   const int64_t groups = P.items_per_block;  // pair groups of np pairs
@@ -420,27 +481,35 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   Tensor scratch = empty({workers, per_worker}, opts);
 
   // Key block jb of pair group n0, all its query blocks in order; dQ of the group's first
-  // pair at dq_n0 (pairs tq·d apart).
-  auto column = [&](int64_t n0, int64_t jb, void* dq_n0, int worker) {
+  // pair at dq_n0 (pairs tq·d apart, rows ldq apart).
+  auto column = [&](int64_t n0, int64_t jb, void* dq_n0, int64_t ldq, int worker) {
     const int64_t j0 = jb * bk;
     void* probs = at_mut(scratch, worker * per_worker);
     void* dp = at_mut(scratch, worker * per_worker + tile_elems);
     void* dropped = dropout ? at_mut(scratch, worker * per_worker + 2 * tile_elems) : nullptr;
+    // The whole column of tiles in one fused kernel, where the backend has one; else tile by tile.
+    if (P.fused) {
+      AttentionTileBackward b;
+      b.tile = P.at_tile(n0, 0, s.tq, j0, std::min(bk, s.tk - j0)), b.d = s.d, b.dv = s.dv;
+      b.ld.q = P.row_stride(P.q), b.ld.k = P.row_stride(P.k), b.ld.v = P.row_stride(P.v);
+      b.ld.o = P.row_stride(dO), b.ld.dq = ldq;
+      b.ld.dk = P.row_stride(dk), b.ld.dv = P.row_stride(dv);
+      b.q = P.row_at(P.q, s.h, n0, 0);
+      b.k = P.row_at(P.k, s.h, n0, j0), b.v = P.row_at(P.v, s.h, n0, j0);
+      b.dout = P.row_at(dO, s.h, n0, 0);
+      b.lse = block_ref(lse2, s.tq, n0, np, 0, s.tq).data;
+      b.dsum = block_ref(dsum, s.tq, n0, np, 0, s.tq).data;
+      b.dq = dq_n0;
+      b.dk = const_cast<void*>(P.row_at(dk, s.h, n0, j0));
+      b.dv_ = const_cast<void*>(P.row_at(dv, s.h, n0, j0));
+      RG_CHECK(be.attention_tile_fused_backward(b), kOp,
+               "internal: the backend's fused kernel declined a tile it said it takes");
+      return;
+    }
     Mat kj{at(P.k, (n0 * s.tk + j0) * s.d), s.tk * s.d, s.d, 1};
     Mat vjt{at(P.v, (n0 * s.tk + j0) * s.dv), s.tk * s.dv, 1, s.dv};
     void* dk_j = at_mut(dk, (n0 * s.tk + j0) * s.d);
     void* dv_j = at_mut(dv, (n0 * s.tk + j0) * s.dv);
-    // The whole column of tiles in one fused kernel, where the backend has one; else tile by tile.
-    if (np == 1) {
-      AttentionTileBackward b{.tile = P.at_tile(n0, 0, s.tq, j0, std::min(bk, s.tk - j0)),
-                              .d = s.d, .dv = s.dv};
-      b.q = at(P.q, n0 * s.tq * s.d), b.k = kj.p, b.v = vjt.p;
-      b.dout = at(dO, n0 * s.tq * s.dv);
-      b.lse = block_ref(lse2, s.tq, n0, np, 0, s.tq).data;
-      b.dsum = block_ref(dsum, s.tq, n0, np, 0, s.tq).data;
-      b.dq = dq_n0, b.dk = dk_j, b.dv_ = dv_j;
-      if (be.attention_tile_fused_backward(b)) return;
-    }
     for (int64_t i0_block = 0; i0_block < s.tq; i0_block += bq) {
       const int64_t rows_block = std::min(bq, s.tq - i0_block);
       if (P.skipped(i0_block, rows_block, j0)) continue;
@@ -471,10 +540,16 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     }
   };
 
+  // dQ rows of pair group g (np = 1 when fused, the only case where dq may be strided)
+  auto dq_group = [&](int64_t g) {
+    return P.fused ? dq.select(0, g / s.h).select(0, g % s.h)
+                   : dq.view({P.pairs, s.tq, s.d}).narrow(0, g * np, np);
+  };
   if (workers == 1 || groups >= 4 * int64_t(workers) || groups % workers == 0) {
     be.attention_run(groups, P.plan, [&](int64_t g, int worker) {
       for (int64_t jb = 0; jb < k_blocks; ++jb)
-        column(g * np, jb, at_mut(dq, g * np * s.tq * s.d), worker);
+        column(g * np, jb, const_cast<void*>(P.row_at(dq, s.h, g * np, 0)), P.row_stride(dq),
+               worker);
     });
   } else {
     // dQ of one pair group per item: (workers, np, tq, d), summed in item order.
@@ -483,10 +558,10 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
       parts.zero_();
       be.attention_run(workers, P.plan, [&](int64_t c, int worker) {
         for (int64_t jb = c; jb < k_blocks; jb += workers)
-          column(g * np, jb, at_mut(parts, c * np * s.tq * s.d), worker);
+          column(g * np, jb, at_mut(parts, c * np * s.tq * s.d), s.d, worker);
       });
-      Tensor dq_g = dq.view({P.pairs, s.tq, s.d}).narrow(0, g * np, np);
-      for (int64_t c = 0; c < workers; ++c) dq_g.add_(parts[c]);
+      Tensor dq_g = dq_group(g);
+      for (int64_t c = 0; c < workers; ++c) dq_g.add_(parts[c].view(dq_g.shape()));
     }
   }
   return {dq, dk, dv};
@@ -589,9 +664,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     o.dropout_seed = gen.seed();
     o.dropout_offset = gen.advance(uint64_t(q.size(0) * q.size(1) * o.total_q * o.total_k));
   }
-  // Contiguous once, here: forward and backward both read these (heads split off a
-  // (B, T, E) tensor arrive as transposed views).
-  Tensor qc = q.detach().contiguous(), kc = k.detach().contiguous(), vc = v.detach().contiguous();
+  // Heads split off a (B, T, E) projection arrive as transposed views, rows E apart. The
+  // backend's fused kernel reads (and the backward writes) them where they lie; the GEMM
+  // route wants them contiguous, copied once, here: forward and backward both read them.
+  // (16-bit attention runs on float32 copies anyway: attention_forward)
+  const bool in_place =
+      !is_reduced_precision(q.dtype()) &&
+      fused_problem(backend(q.device(), kOp), check_inputs(q, k, v, o), q.dtype(), o);
+  auto prepare = [&](const Tensor& t) {
+    return in_place ? rows_adjacent(t.detach()) : t.detach().contiguous();
+  };
+  Tensor qc = prepare(q), kc = prepare(k), vc = prepare(v);
   AttentionOutput r = attention_forward(qc, kc, vc, o);
   if (autograd::needs_grad({&q, &k, &v}))
     autograd::record(kOp, r.out, {&q, &k, &v},

@@ -65,8 +65,9 @@ Operand gemm_operand(const Tensor& t, int64_t nb) {
   return op;
 }
 
-// a (…, m, k) @ b (…, k, n), both at least 2-D.
-Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+// a (…, m, k) @ b (…, k, n), both at least 2-D; plus `bias` (n, contiguous) on every row
+// when defined, added by the GEMM (the caller has asked gemm_adds_bias).
+Tensor matmul_nd(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
   const char* op = "matmul";
   int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   RG_CHECK(b.size(-2) == k, op, "expected a.shape[-1] == b.shape[-2], got ", shape_str(a.shape()),
@@ -108,6 +109,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
   g.b = B.t.raw_data(), g.b_batch_stride = B.batch_stride;
   g.b_row_stride = B.row_stride, g.b_col_stride = B.col_stride;
   g.c = out.raw_data(), g.c_batch_stride = m * n;
+  g.bias = bias.defined() ? bias.raw_data() : nullptr;
   if (out.numel() > 0) backend(a.device(), op).gemm(g);
 
   // dA = dC·Bᵀ, dB = Aᵀ·dC, each summed over the batch dims it was broadcast along.
@@ -145,6 +147,48 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = matmul_nd(a2, b2);
   if (b.dim() == 1) out = out.squeeze(-1);
   if (a.dim() == 1) out = out.squeeze(-1 - (b.dim() == 1 ? 0 : 1));
+  return out;
+}
+
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
+  const char* op = "addmm";
+  if (auto dt = detail::autocast_lower({&input, &a, &b}))  // under rg::autocast: in its dtype
+    return addmm(detail::autocast_cast(input, *dt), detail::autocast_cast(a, *dt),
+                 detail::autocast_cast(b, *dt));
+  for (const Tensor* t : {&input, &a, &b}) {
+    detail::check_defined(*t, op);
+    detail::check_same_device(a, *t, op);
+    detail::check_same_dtype(a, *t, op);
+  }
+  detail::check_floating(a, op);
+  RG_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), op,
+           "expected a (n, m) and b (m, p), got ", shape_str(a.shape()), " and ",
+           shape_str(b.shape()));
+  const int64_t n = a.size(0), p = b.size(1);
+  const bool broadcasts = input.dim() <= 2 &&
+                          (input.dim() < 1 || input.size(-1) == p || input.size(-1) == 1) &&
+                          (input.dim() < 2 || input.size(0) == n || input.size(0) == 1);
+  RG_CHECK(broadcasts, op, "expected input that broadcasts to ", shape_str({n, p}),
+           " (a bias (p), or (n, p)), got ", shape_str(input.shape()));
+  // A bias vector goes into the GEMM where the backend adds it there (to each block of the
+  // product while it is in cache); anything else is added after.
+  const bool in_gemm = input.numel() == p && input.size(-1) == p && input.is_contiguous() &&
+                       backend(a.device(), op).gemm_adds_bias(a.dtype());
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = matmul_nd(a, b, in_gemm ? input : Tensor());
+    if (!in_gemm) out.add_(input);
+  }
+  if (autograd::needs_grad({&input, &a, &b}))
+    autograd::record(
+        op, out, {&input, &a, &b},
+        [input_shape = input.shape(), a = a.detach(), b = b.detach()](
+            const Tensor& g, const std::vector<bool>& need) {
+          return Grads{need[0] ? sum_to(g, input_shape) : Tensor(),
+                       need[1] ? matmul(g, b.t()) : Tensor(),
+                       need[2] ? matmul(a.t(), g) : Tensor()};
+        });
   return out;
 }
 

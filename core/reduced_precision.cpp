@@ -211,6 +211,10 @@ class StagedBackend final : public Backend {
   // float32 copy holds more than kBlock elements (the copies are scratch next to 16-bit
   // activations: whole ones would double a large GEMM's memory). C's block stays float32
   // across the inner dim's blocks and is rounded once.
+  bool gemm_adds_bias(DType dt) const override {
+    return (!is_reduced_precision(dt) || inner_.native_reduced_precision(Kernel::Gemm)) &&
+           inner_.gemm_adds_bias(dt);
+  }
   void gemm(const GemmArgs& g) override {
     if (!is_reduced_precision(g.dtype) || inner_.native_reduced_precision(Kernel::Gemm))
       return inner_.gemm(g);
@@ -341,6 +345,9 @@ class StagedBackend final : public Backend {
   }
   bool attention_tile_fused_backward(const AttentionTileBackward& a) override {
     return !is_reduced_precision(a.tile.dtype) && inner_.attention_tile_fused_backward(a);
+  }
+  bool attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv) override {
+    return !is_reduced_precision(t.dtype) && inner_.attention_tile_fused(t, d, dv);
   }
   AttentionPlan attention_plan(int64_t pairs) override { return inner_.attention_plan(pairs); }
   void attention_run(int64_t items, const AttentionPlan& plan,

@@ -27,8 +27,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     // (…, in) as one (rows, in) matrix when that is a view: one big GEMM instead of
     // a batch of small ones (a (16, 128, 256) input is one 2048-row product).
     Tensor x2 = x.dim() > 2 && x.is_contiguous() ? x.view({-1, x.size(-1)}) : x;
-    y = matmul(x2, weight.t());  // weightᵀ is read in place, not copied
-    if (bias.defined()) y.add_(bias);
+    // weightᵀ is read in place, not copied; the bias added inside the GEMM where it can be
+    if (bias.defined() && x2.dim() == 2 && bias.dtype() == x2.dtype() &&
+        bias.device() == x2.device()) {
+      y = addmm(bias, x2, weight.t());
+    } else {
+      y = matmul(x2, weight.t());
+      if (bias.defined()) y.add_(bias);
+    }
     if (x2.dim() != x.dim()) {
       Shape shape = x.shape();
       shape.back() = weight.size(0);

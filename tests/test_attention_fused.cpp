@@ -193,3 +193,39 @@ TEST_CASE("attention fused: float32 through scaled_dot_product_attention with au
   out64.sum().backward();
   CHECK(worst(x.grad(), x64.grad(), 1e-4, 1e-3) <= 1.0);
 }
+
+TEST_CASE("attention fused: heads read and written in a (B, T, H, D) projection's layout") {
+  // Q, K, V cut from one (B, T, 3E) projection, as MultiheadAttention does: each head's rows
+  // lie 3E elements apart. The fused route reads them there, gives the output laid out as
+  // (B, T, H, D) underneath (the merge back to (B, T, E) is then a view) and the gradients
+  // in their inputs' layout; every value as the float64 GEMM route gives it. With one pair
+  // and two threads the backward splits key blocks and sums dQ from per-thread parts.
+  const int saved_threads = rg::get_num_threads();
+  for (int threads : {1, 2})
+    for (int64_t b : {1, 2}) {
+      CAPTURE(threads);
+      CAPTURE(b);
+      rg::set_num_threads(threads);
+      rg::manual_seed(15 + b);
+      const int64_t t = 70, h = b == 1 ? 1 : 4, d = 16, e = h * d;
+      rg::Tensor qkv = rg::uniform({b, t, 3 * e}, -1, 1).requires_grad_();
+      rg::Tensor qkv64 = qkv.detach().to(rg::kFloat64).requires_grad_();
+      rg::Tensor upstream = rg::uniform({b, t, e}, -1, 1);
+      auto attend = [&](const rg::Tensor& x) {
+        auto head = [&](int64_t i) { return x.narrow(-1, i * e, e).view({b, t, h, d}).transpose(1, 2); };
+        rg::Tensor o = rg::scaled_dot_product_attention(head(0), head(1), head(2), {.causal = true});
+        return o;
+      };
+      rg::Tensor out = attend(qkv), out64 = attend(qkv64);
+      if (rg::cpu_attention_kernel(d, d) == "fused" && h > 1) {
+        CHECK_FALSE(out.is_contiguous());
+        CHECK(out.transpose(1, 2).is_contiguous());  // (B, T, H, D) underneath
+      }
+      CHECK(worst(out, out64, 1e-5, 1e-4) <= 1.0);
+      auto merged = [&](const rg::Tensor& o) { return o.transpose(1, 2).reshape({b, t, e}); };
+      (merged(out) * upstream).sum().backward();
+      (merged(out64) * upstream.to(rg::kFloat64)).sum().backward();
+      CHECK(worst(qkv.grad(), qkv64.grad(), 1e-4, 1e-3) <= 1.0);
+    }
+  rg::set_num_threads(saved_threads);
+}

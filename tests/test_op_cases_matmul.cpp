@@ -1,6 +1,6 @@
 // test_op_cases_matmul.cpp — the op table's matmul cases (op_cases.h): 1-D and 2-D
 // forms, batched with broadcast batch dims, and transposed (non-contiguous)
-// operands, both as leaves and as views taken inside the call.
+// operands, both as leaves and as views taken inside the call; addmm.
 #include "op_cases.h"
 
 namespace opcase {
@@ -10,6 +10,10 @@ std::vector<OpCase> matmul_cases() {
   auto shapes = [](rg::Shape a, rg::Shape b) {
     return [a, b](Env& e) { return V{e.leaf(a), e.leaf(b)}; };
   };
+  auto shapes3 = [](rg::Shape a, rg::Shape b, rg::Shape c) {
+    return [a, b, c](Env& e) { return V{e.leaf(a), e.leaf(b), e.leaf(c)}; };
+  };
+  auto add_mm = [](const V& in) { return rg::addmm(in[0], in[1], in[2]); };
 
   return {
       {"matmul", shapes({5, 7}, {7, 3}), mm},
@@ -71,6 +75,19 @@ std::vector<OpCase> matmul_cases() {
        {.gradcheck = false, .tol = 2e-2}},
       {"matmul:batched-transpose", shapes({2, 4, 3}, {2, 2, 4}),
        [](const V& in) { return rg::matmul(in[0].transpose(-1, -2), in[1].transpose(1, 2)); }},
+
+      // ---- addmm: a bias vector (inside the GEMM on the CPU), other inputs added after
+      {"addmm:bias", shapes3({4}, {3, 5}, {5, 4}), add_mm},
+      {"addmm:linear", shapes3({4}, {3, 5}, {4, 5}),  // x·Wᵀ + b, as nn::linear calls it
+       [](const V& in) { return rg::addmm(in[0], in[1], in[2].t()); }},
+      {"addmm:(1,4)-input", shapes3({1, 4}, {3, 5}, {5, 4}), add_mm},
+      {"addmm:(3,1)-input", shapes3({3, 1}, {3, 5}, {5, 4}), add_mm},
+      {"addmm:full-input", shapes3({3, 4}, {3, 5}, {5, 4}), add_mm},
+      {"addmm:k=0", shapes3({4}, {3, 0}, {0, 4}), add_mm},  // the bias alone
+      {"addmm:panels", shapes3({300}, {70, 40}, {40, 300}), add_mm,  // split over threads
+       {.gradcheck = false}},
+      {"addmm:float64", shapes3({17}, {33, 65}, {65, 17}), add_mm,
+       {.gradcheck = false, .tol = 1e-10, .dtypes = {rg::kFloat64}}},
   };
 }
 

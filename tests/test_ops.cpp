@@ -497,6 +497,41 @@ TEST_CASE("ops: matmul against a naive loop (float32 and float64)") {
   }
 }
 
+TEST_CASE("ops: addmm equals input + a·b for every input form, on one and two threads") {
+  // A bias vector is added inside the GEMM (to each panel the threads compute: panel edges
+  // must each get the bias once); other inputs after. Against a naive loop, with a
+  // transposed b as nn::linear passes it, float32 and float64.
+  rg::manual_seed(24);
+  const int saved_threads = rg::get_num_threads();
+  for (int threads : {1, 2})
+    for (rg::DType dt : {rg::kFloat32, rg::kFloat64}) {
+      CAPTURE(threads);
+      rg::set_num_threads(threads);
+      const int64_t n = 130, m = 70, p = 300;  // big enough to be split into panels
+      rg::Tensor a = rg::randn({n, m}, {.dtype = dt});
+      rg::Tensor w = rg::randn({p, m}, {.dtype = dt});  // b = wᵀ, read in place
+      std::vector<double> prod = naive_matmul(values(a), values(w.t().contiguous()), n, m, p);
+      const double tol = dt == rg::kFloat32 ? 1e-4 : 1e-11;
+      for (rg::Shape shape : {rg::Shape{p}, rg::Shape{1, p}, rg::Shape{n, 1}, rg::Shape{n, p}}) {
+        CAPTURE(rg::shape_str(shape));
+        rg::Tensor input = rg::randn(shape, {.dtype = dt});
+        rg::Tensor full = input.expand({n, p}).contiguous();
+        std::vector<double> want = prod, iv = values(full);
+        for (size_t i = 0; i < want.size(); ++i) want[i] += iv[i];
+        rg::Tensor got = rg::addmm(input, a, w.t());
+        CHECK_SHAPE(got, {n, p});
+        check_close(got, want, tol);
+      }
+    }
+  rg::set_num_threads(saved_threads);
+  // errors name the op and what to fix
+  rg::Tensor a = rg::randn({3, 4}), b = rg::randn({4, 5});
+  CHECK_THROWS_WITH(rg::addmm(rg::randn({4}), a, b),
+                    doctest::Contains("[addmm] expected input that broadcasts to [3, 5] (a bias (p), or (n, p)), got [4]"));
+  CHECK_THROWS_WITH(rg::addmm(rg::randn({5}), a, rg::randn({3, 5})),
+                    doctest::Contains("[addmm] expected a (n, m) and b (m, p), got [3, 4] and [3, 5]"));
+}
+
 TEST_CASE("ops: matmul batched with broadcast batch dims") {
   rg::manual_seed(22);
   rg::Tensor a = rg::randn({2, 1, 3, 4}, {.dtype = rg::kFloat64});

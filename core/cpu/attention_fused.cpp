@@ -28,6 +28,9 @@
 // item's own 16 positions are transposed, once, and written back once at the end.
 // Features are taken 16 at a time (a head dim of 32 is two passes), so at most 16 vectors
 // of one operand are held at once and the compiler keeps them all in registers.
+// Every operand's rows lie a stride apart (AttentionRows, backend.h): a head split off a
+// (B, T, H·D) projection is read, and its gradient written, in place — no head is copied
+// out of the projection's layout or back into it.
 //
 // The vectors are GCC/clang vector extensions, not intrinsics: the same code compiles
 // for any x86 (and elsewhere); only with AVX-512 is each vector one register, and only
@@ -152,17 +155,19 @@ void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, flo
     for (int c = 0; c < D; ++c) x[i * ld + c] = (add ? x[i * ld + c] : 0.0f) + scale * t[c][i];
 }
 
-// out[r] = Σ_c a[r, c]·bt[c] for r < nr: a (nr, D) row-major (a broadcast per element),
+// out[r] = Σ_c a[r, c]·bt[c] for r < nr: a (nr, D) row-major, rows lda apart (a broadcast
+// per element),
 // bt (D, 16) transposed — the item's 16 lanes. Scores either way round: the forward's
 // s_j = K[j, ·]·Q̂ᵀ (lanes: queries), the backward's s_i = Q[i, ·]·K̂ᵀ and dp_i = dO[i, ·]·Vᵀ
 // (lanes: keys).
 template <int D>
-void lane_dots(float (*out)[kLanes], const float* a, int64_t nr, const float (&bt)[D][kLanes]) {
+void lane_dots(float (*out)[kLanes], const float* a, int64_t lda, int64_t nr,
+               const float (&bt)[D][kLanes]) {
   for_each_width<D>([&]<int W>(int c0) {
     Vec b[W];
     for (int c = 0; c < W; ++c) b[c] = load(bt[c0 + c]);
     for (int64_t r = 0; r < nr; ++r) {
-      const float* ar = a + r * D + c0;
+      const float* ar = a + r * lda + c0;
       Vec acc0 = c0 == 0 ? Vec{} : load(out[r]), acc1{};  // two chains, half the latency
       for (int c = 0; c + 1 < W; c += 2) {
         acc0 += b[c] * ar[c];
@@ -174,18 +179,19 @@ void lane_dots(float (*out)[kLanes], const float* a, int64_t nr, const float (&b
   });
 }
 
-// acc[c] += Σ_r w[r]·x[r, c] for r < nr, c < D: acc (D, 16) transposed, x (nr, D) row-major.
+// acc[c] += Σ_r w[r]·x[r, c] for r < nr, c < D: acc (D, 16) transposed, x (nr, D) row-major
+// with rows ldx apart.
 // The forward's Oᵀ += P̃ᵀ·V (lanes: queries), the backward's dVᵀ += Pᵀ·dO and dKᵀ += dSᵀ·Q
 // (lanes: keys).
 template <int D>
-void lane_accumulate(float (&acc)[D][kLanes], const float (*w)[kLanes], const float* x, int64_t nr,
-                     Vec factor = splat(1.0f)) {
+void lane_accumulate(float (&acc)[D][kLanes], const float (*w)[kLanes], const float* x,
+                     int64_t ldx, int64_t nr, Vec factor = splat(1.0f)) {
   for_each_width<D>([&]<int W>(int c0) {
     Vec a[W];
     for (int c = 0; c < W; ++c) a[c] = load(acc[c0 + c]) * factor;
     for (int64_t r = 0; r < nr; ++r) {
       const Vec wr = load(w[r]);
-      const float* xr = x + r * D + c0;
+      const float* xr = x + r * ldx + c0;
       for (int c = 0; c < W; ++c) a[c] += wr * xr[c];
     }
     for (int c = 0; c < W; ++c) store(acc[c0 + c], a[c]);
@@ -229,6 +235,9 @@ void add_mask(float (*s)[kLanes], int64_t nr, const float* mask, int64_t row_ste
   }
 }
 
+// An operand's row stride (AttentionRows): 0 means tightly packed, `width` apart.
+constexpr int64_t row_stride(int64_t ld, int64_t width) { return ld ? ld : width; }
+
 // ---- forward: an item is a query block; lanes are its queries ----
 template <int D, int DV>
 void forward_item(const AttentionTileForward& a) {
@@ -240,6 +249,8 @@ void forward_item(const AttentionTileForward& a) {
   float* l_rows = static_cast<float*>(a.l);
   float* o = static_cast<float*>(a.o);
   const float* mask = static_cast<const float*>(t.mask.data);  // null: none
+  const int64_t lq = row_stride(a.ld.q, D), lk = row_stride(a.ld.k, D);
+  const int64_t lv = row_stride(a.ld.v, DV), lo = row_stride(a.ld.o, DV);
   alignas(64) float qt[D][kLanes], ot[DV][kLanes], s[kChunk][kLanes];
   for (int64_t g0 = 0; g0 < t.rows; g0 += kLanes) {
     const int nq = int(std::min<int64_t>(kLanes, t.rows - g0));
@@ -247,12 +258,12 @@ void forward_item(const AttentionTileForward& a) {
     const int64_t diag = t.row_pos + g0 - t.col_pos;
     const int64_t keys = t.causal ? std::clamp<int64_t>(diag + nq, 0, t.cols) : t.cols;
     if (keys == 0) continue;  // nothing visible: m, l, O stay as they are
-    transpose_in(qt, q + g0 * D, D, nq, float(t.scale));
-    transpose_in(ot, o + g0 * DV, DV, nq, 1.0f);
+    transpose_in(qt, q + g0 * lq, lq, nq, float(t.scale));
+    transpose_in(ot, o + g0 * lo, lo, nq, 1.0f);
     Vec m = load_n(m_rows + g0, nq, -kInf), l = load_n(l_rows + g0, nq);
     for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
       const int64_t nk = std::min(kChunk, keys - j0);
-      lane_dots<D>(s, k + j0 * D, nk, qt);  // s[j] lane i = scale·Q[i]·K[j]
+      lane_dots<D>(s, k + j0 * lk, lk, nk, qt);  // s[j] lane i = scale·Q[i]·K[j]
       if (mask)  // s[j] lane i += mask[g0 + i, j0 + j]: rows are keys, lanes queries
         add_mask(s, nk, mask + g0 * t.mask.strides[2] + j0 * t.mask.strides[3], t.mask.strides[3],
                  t.mask.strides[2], nq);
@@ -276,9 +287,9 @@ void forward_item(const AttentionTileForward& a) {
       const Vec correction = exp16(m - m_use);  // 0 on the row's first keys (m = −∞)
       l = l * correction + sum;
       m = m_new;
-      lane_accumulate<DV>(ot, s, v + j0 * DV, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
+      lane_accumulate<DV>(ot, s, v + j0 * lv, lv, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
     }
-    transpose_out(ot, o + g0 * DV, DV, nq, 1.0f, false);
+    transpose_out(ot, o + g0 * lo, lo, nq, 1.0f, false);
     store_n(m_rows + g0, m, nq);
     store_n(l_rows + g0, l, nq);
   }
@@ -299,6 +310,10 @@ void backward_item(const AttentionTileBackward& a) {
   float* dv = static_cast<float*>(a.dv_);
   const float* mask = static_cast<const float*>(t.mask.data);  // null: none
   const float scale = float(t.scale);
+  const int64_t lq = row_stride(a.ld.q, D), lk = row_stride(a.ld.k, D);
+  const int64_t lv = row_stride(a.ld.v, DV), lo = row_stride(a.ld.o, DV);
+  const int64_t ldq = row_stride(a.ld.dq, D), ldk = row_stride(a.ld.dk, D);
+  const int64_t ldv = row_stride(a.ld.dv, DV);
   alignas(64) float kt[D][kLanes], vt[DV][kLanes], dkt[D][kLanes], dvt[DV][kLanes];
   alignas(64) float p[kChunk][kLanes], ds[kChunk][kLanes];
   for (int64_t kg0 = 0; kg0 < t.cols; kg0 += kLanes) {
@@ -307,15 +322,15 @@ void backward_item(const AttentionTileBackward& a) {
     const int64_t diag = t.row_pos - t.col_pos - kg0;
     const int64_t first = t.causal ? std::clamp<int64_t>(-diag, 0, t.rows) : 0;
     if (first == t.rows) continue;  // no query sees these keys
-    transpose_in(kt, k + kg0 * D, D, nk, scale);
-    transpose_in(vt, v + kg0 * DV, DV, nk, 1.0f);
+    transpose_in(kt, k + kg0 * lk, lk, nk, scale);
+    transpose_in(vt, v + kg0 * lv, lv, nk, 1.0f);
     // K̂'s rows too, for dQ (lanes: features): zero past the group's keys.
     std::memset(dkt, 0, sizeof dkt);
     std::memset(dvt, 0, sizeof dvt);
     for (int64_t i0 = first; i0 < t.rows; i0 += kChunk) {
       const int64_t ni = std::min(kChunk, t.rows - i0);
       // P = exp(Q_i·K̂ᵀ − lse), hidden keys (and lanes past the group) 0
-      lane_dots<D>(p, q + i0 * D, ni, kt);
+      lane_dots<D>(p, q + i0 * lq, lq, ni, kt);
       if (mask)  // p[i] lane j += mask[i0 + i, kg0 + j]: rows are queries, lanes keys
         add_mask(p, ni, mask + i0 * t.mask.strides[2] + kg0 * t.mask.strides[3], t.mask.strides[2],
                  t.mask.strides[3], nk);
@@ -325,19 +340,19 @@ void backward_item(const AttentionTileBackward& a) {
         store(p[i], exp16(load(p[i]) - row_lse));
       }
       // dS = P·(dO_i·Vᵀ − D)   (the gradient of the scaled scores)
-      lane_dots<DV>(ds, dout + i0 * DV, ni, vt);
+      lane_dots<DV>(ds, dout + i0 * lo, lo, ni, vt);
       for (int64_t i = 0; i < ni; ++i) store(ds[i], load(p[i]) * (load(ds[i]) - dsum[i0 + i]));
       // dVᵀ += Pᵀ·dO_i;  dKᵀ += dSᵀ·Q_i (scaled below)
-      lane_accumulate<DV>(dvt, p, dout + i0 * DV, ni);
-      lane_accumulate<D>(dkt, ds, q + i0 * D, ni);
+      lane_accumulate<DV>(dvt, p, dout + i0 * lo, lo, ni);
+      lane_accumulate<D>(dkt, ds, q + i0 * lq, lq, ni);
       // dQ_i += dS·K̂, 16 features at a time, K̂'s rows held in registers
       for (int c0 = 0; c0 < D; c0 += kLanes) {
         const int width = std::min(kLanes, D - c0);
         Vec krow[kLanes];
         for (int j = 0; j < kLanes; ++j)
-          krow[j] = j < nk ? scale * load_n(k + (kg0 + j) * D + c0, width) : Vec{};
+          krow[j] = j < nk ? scale * load_n(k + (kg0 + j) * lk + c0, width) : Vec{};
         for (int64_t i = 0; i < ni; ++i) {
-          float* dqi = dq + (i0 + i) * D + c0;
+          float* dqi = dq + (i0 + i) * ldq + c0;
           Vec acc0 = load_n(dqi, width), acc1{};
           for (int j = 0; j < kLanes; j += 2) {
             acc0 += ds[i][j] * krow[j];
@@ -347,8 +362,8 @@ void backward_item(const AttentionTileBackward& a) {
         }
       }
     }
-    transpose_out(dkt, dk + kg0 * D, D, nk, scale, true);
-    transpose_out(dvt, dv + kg0 * DV, DV, nk, 1.0f, true);
+    transpose_out(dkt, dk + kg0 * ldk, ldk, nk, scale, true);
+    transpose_out(dvt, dv + kg0 * ldv, ldv, nk, 1.0f, true);
   }
 }
 
@@ -385,6 +400,10 @@ bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv) {
 }
 
 }  // namespace
+
+bool CpuBackend::attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv) {
+  return fused_takes(t, d, dv);
+}
 
 bool CpuBackend::attention_tile_fused_forward(const AttentionTileForward& a) {
   if (!fused_takes(a.tile, a.d, a.dv)) return false;

@@ -38,7 +38,8 @@ class CpuBackend final : public Backend {
   void softmax_backward(const TensorRef& g, const TensorRef& y, const TensorRef& out, int64_t outer,
                         int64_t r, int64_t inner, bool log) override;
 
-  void gemm(const GemmArgs& args) override;
+  void gemm(const GemmArgs& args) override;  // gemm.cpp
+  bool gemm_adds_bias(DType dt) const override { return dt == kFloat32 || dt == kFloat64; }
 
   void layer_norm(const TensorRef& x, const TensorRef& weight, const TensorRef& bias,
                   const TensorRef& y, const TensorRef& mean, const TensorRef& rstd, int64_t n,
@@ -55,6 +56,7 @@ class CpuBackend final : public Backend {
                            const TensorRef& dsum) override;
   bool attention_tile_fused_forward(const AttentionTileForward& a) override;  // attention_fused.cpp
   bool attention_tile_fused_backward(const AttentionTileBackward& a) override;
+  bool attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv) override;
   AttentionPlan attention_plan(int64_t pairs) override;
   void attention_run(int64_t items, const AttentionPlan& plan,
                      const std::function<void(int64_t, int)>& body) override;

@@ -92,16 +92,13 @@ void with_mapped(const T* p, int64_t rows, int64_t cols, int64_t row_stride, int
     f(Eigen::Map<const ColMajor<T>, 0, Stride>(p, rows, cols, Stride(col_stride)));
 }
 
-// C[rows r0:r1, cols c0:c1] of product i of the batch, on the calling thread.
+// C block (rows × cols, at c, row stride ldc) = alpha·A·B + beta·C, A's and B's first
+// elements at a and b: oneDNN, or Eigen.
 template <typename T>
-void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  const T* a = static_cast<const T*>(g.a) + i * g.a_batch_stride + r0 * g.a_row_stride;
-  const T* b = static_cast<const T*>(g.b) + i * g.b_batch_stride + c0 * g.b_col_stride;
-  const int64_t ldc = g.ldc();
-  T* c = static_cast<T*>(g.c) + i * g.c_batch_stride + r0 * ldc + c0;
-  if (r1 <= r0 || c1 <= c0) return;
+void product_block(const GemmArgs& g, const T* a, const T* b, T* c, int64_t ldc, int64_t rows,
+                   int64_t cols) {
   if constexpr (std::is_same_v<T, float>)
-    if (use_onednn() && onednn_block(g, a, b, c, r1 - r0, c1 - c0, ldc)) return;
+    if (use_onednn() && onednn_block(g, a, b, c, rows, cols, ldc)) return;
   const T alpha = static_cast<T>(g.alpha), beta = static_cast<T>(g.beta);
   auto multiply = [&](auto&& C) {
     if (beta == T(0))
@@ -109,8 +106,8 @@ void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0
     else if (beta != T(1))
       C *= beta;
     if (g.k == 0) return;
-    with_mapped(a, r1 - r0, g.k, g.a_row_stride, g.a_col_stride, [&](const auto& A) {
-      with_mapped(b, g.k, c1 - c0, g.b_row_stride, g.b_col_stride, [&](const auto& B) {
+    with_mapped(a, rows, g.k, g.a_row_stride, g.a_col_stride, [&](const auto& A) {
+      with_mapped(b, g.k, cols, g.b_row_stride, g.b_col_stride, [&](const auto& B) {
         if (beta == T(0) && alpha == T(1))
           C.noalias() = A * B;  // the common case: no pass over C before the product
         else
@@ -118,10 +115,34 @@ void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0
       });
     });
   };
-  if (c0 == 0 && c1 == g.n && ldc == g.n)
-    multiply(Eigen::Map<RowMajor<T>>(c, r1 - r0, g.n));
+  if (cols == g.n && ldc == g.n)
+    multiply(Eigen::Map<RowMajor<T>>(c, rows, g.n));
   else
-    multiply(Eigen::Map<RowMajor<T>, 0, Stride>(c, r1 - r0, c1 - c0, Stride(ldc)));
+    multiply(Eigen::Map<RowMajor<T>, 0, Stride>(c, rows, cols, Stride(ldc)));
+}
+
+// The block's rows += bias[c0, c0 + cols) (GemmArgs::bias), right after the block was
+// computed: it is still in cache, so the bias costs no pass of its own over C.
+template <typename T>
+void add_bias(const GemmArgs& g, T* c, int64_t ldc, int64_t rows, int64_t c0, int64_t cols) {
+  if (!g.bias) return;
+  const T* bias = static_cast<const T*>(g.bias) + c0;
+  for (int64_t r = 0; r < rows; ++r) {
+    T* cr = c + r * ldc;
+    for (int64_t j = 0; j < cols; ++j) cr[j] += bias[j];
+  }
+}
+
+// C[rows r0:r1, cols c0:c1] of product i of the batch (and its bias), on the calling thread.
+template <typename T>
+void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  const T* a = static_cast<const T*>(g.a) + i * g.a_batch_stride + r0 * g.a_row_stride;
+  const T* b = static_cast<const T*>(g.b) + i * g.b_batch_stride + c0 * g.b_col_stride;
+  const int64_t ldc = g.ldc();
+  T* c = static_cast<T*>(g.c) + i * g.c_batch_stride + r0 * ldc + c0;
+  if (r1 <= r0 || c1 <= c0) return;
+  product_block<T>(g, a, b, c, ldc, r1 - r0, c1 - c0);
+  add_bias<T>(g, c, ldc, r1 - r0, c0, c1 - c0);
 }
 
 // Work (multiply-adds) below which one GEMM stays on one thread: a 64×256×10
