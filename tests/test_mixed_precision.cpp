@@ -30,6 +30,11 @@ TEST_CASE("autocast: GEMM-like ops run in the low dtype, float32 ops in float32,
     CHECK(y.dtype() == rg::kBFloat16);
     // The same as casting by hand: bfloat16 inputs, float32 accumulation, one rounding.
     CHECK(values(y) == values(rg::matmul(a.to(rg::kBFloat16), b.to(rg::kBFloat16))));
+    rg::Tensor bias = rg::randn({3});
+    rg::Tensor z = rg::addmm(bias, a, b);  // bfloat16 through the staged GEMM, bias after
+    CHECK(z.dtype() == rg::kBFloat16);
+    CHECK(values(z) == values(rg::addmm(bias.to(rg::kBFloat16), a.to(rg::kBFloat16),
+                                        b.to(rg::kBFloat16))));
     CHECK(rg::softmax(y, -1).dtype() == rg::kFloat32);
     CHECK(rg::log_softmax(y, -1).dtype() == rg::kFloat32);
     CHECK(rg::logsumexp(y, {-1}).dtype() == rg::kFloat32);
