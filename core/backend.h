@@ -91,6 +91,9 @@ struct AttentionRows {
   int64_t o = 0;                // forward: rows of o; backward: rows of dout (dv)
   int64_t dq = 0, dk = 0, dv = 0;  // backward: the gradients' rows
 };
+// The forward's row is all of the call's keys, taken from nothing seen (no running m, l
+// from an earlier call) to the end: the kernel writes the normalised output and the rows'
+// log-sum-exp, as attention_forward returns them (a row that sees no key: O = 0, lse = −∞).
 struct AttentionTileForward {
   AttentionTile tile;
   int64_t d = 0, dv = 0;
@@ -98,9 +101,8 @@ struct AttentionTileForward {
   const void* q = nullptr;  // (rows, d)
   const void* k = nullptr;  // (cols, d)
   const void* v = nullptr;  // (cols, dv)
-  void* m = nullptr;        // (rows): running max, as attention_tile_forward's m
-  void* l = nullptr;        // (rows): running sum
-  void* o = nullptr;        // (rows, dv): running unnormalised output
+  void* o = nullptr;        // (rows, dv): softmax(scale·Q·Kᵀ + mask)·V
+  void* lse = nullptr;      // (rows): m + log l
 };
 struct AttentionTileBackward {
   AttentionTile tile;

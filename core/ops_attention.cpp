@@ -18,7 +18,7 @@
 // are not). Where the backend's fused kernel takes the whole problem (fused_problem), q,
 // k, v and dO are read where they lie, rows a stride apart — heads split off a (B, T, H·D)
 // projection are transposed views — and the output and dQ, dK, dV are laid out like
-// their inputs (zeros_laid_out_like): (B, T, H, D) underneath, so that merging the heads
+// their inputs (laid_out_like): (B, T, H, D) underneath, so that merging the heads
 // back into (B, T, E), or their gradients into the projection's, is a view, not a copy
 // (as PyTorch's CPU flash attention lays out its output).
 //
@@ -167,15 +167,15 @@ Tensor rows_adjacent(const Tensor& t) {
   return adjacent && rows_apart ? t : t.contiguous();
 }
 
-// A new (B, H, T, w) tensor of zeros laid out like `like`: (B, T, H, w) underneath when
-// like's heads are interleaved within its tokens (stride(1) < stride(2)), so that the
-// output or gradient goes back to the projection's layout without a copy.
-Tensor zeros_laid_out_like(const Tensor& like, int64_t w) {
+// A new (B, H, T, w) tensor laid out like `like`: (B, T, H, w) underneath when like's
+// heads are interleaved within its tokens (stride(1) < stride(2)), so that the output or
+// gradient goes back to the projection's layout without a copy. Uninitialised.
+Tensor laid_out_like(const Tensor& like, int64_t w) {
   const int64_t b = like.size(0), h = like.size(1), t = like.size(2);
   auto opts = detail::options_of(like);
   if (h > 1 && t > 1 && like.stride(1) < like.stride(2))
-    return zeros({b, t, h, w}, opts).transpose(1, 2);
-  return zeros({b, h, t, w}, opts);
+    return empty({b, t, h, w}, opts).transpose(1, 2);
+  return empty({b, h, t, w}, opts);
 }
 
 // Everything a tile loop needs, prepared once per call.
@@ -365,37 +365,43 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
   Problem P(q, k, v, options, be);
   const Dims4& s = P.s;
   auto opts = detail::options_of(q);
-  Tensor out = P.fused ? zeros_laid_out_like(P.q, s.dv) : zeros({s.b, s.h, s.tq, s.dv}, opts);
-  Tensor m = full({P.pairs, s.tq}, -std::numeric_limits<double>::infinity(), opts);
-  Tensor l = zeros({P.pairs, s.tq}, opts);
   const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
   const int64_t q_blocks = (s.tq + bq - 1) / bq;
+  // Last query blocks first: under a causal mask they have the most key blocks, and
+  // starting them early leaves the short ones to even out the threads at the end.
+  auto block_of = [&](int64_t item) { return (q_blocks - 1 - item % q_blocks) * bq; };
+
+  if (P.fused) {
+    // The whole row of tiles of each query block in one kernel call, from nothing seen to
+    // the normalised output and lse: no running (m, l) kept between calls.
+    Tensor out = laid_out_like(P.q, s.dv), lse = empty({s.b, s.h, s.tq}, opts);
+    be.attention_run(P.pairs * q_blocks, P.plan, [&](int64_t item, int) {
+      const int64_t n = item / q_blocks, i0 = block_of(item), rows = std::min(bq, s.tq - i0);
+      AttentionTileForward f;
+      f.tile = P.at_tile(n, i0, rows, 0, s.tk), f.d = s.d, f.dv = s.dv;
+      f.ld.q = P.row_stride(P.q), f.ld.k = P.row_stride(P.k), f.ld.v = P.row_stride(P.v);
+      f.ld.o = P.row_stride(out);
+      f.q = P.row_at(P.q, s.h, n, i0);
+      f.k = P.row_at(P.k, s.h, n, 0), f.v = P.row_at(P.v, s.h, n, 0);
+      f.o = const_cast<void*>(P.row_at(out, s.h, n, i0));
+      f.lse = at_mut(lse, n * s.tq + i0);
+      RG_CHECK(be.attention_tile_fused_forward(f), kOp,
+               "internal: the backend's fused kernel declined a tile it said it takes");
+    });
+    return {out, lse};
+  }
+
+  Tensor out = zeros({s.b, s.h, s.tq, s.dv}, opts);
+  Tensor m = full({P.pairs, s.tq}, -std::numeric_limits<double>::infinity(), opts);
+  Tensor l = zeros({P.pairs, s.tq}, opts);
   // One score tile per worker, allocated once for the call.
   const int64_t tile_elems = np * bq * bk;
   Tensor scratch = empty({P.plan.workers, tile_elems}, opts);
 
   be.attention_run(P.items_per_block * q_blocks, P.plan, [&](int64_t item, int worker) {
     const int64_t n0 = item / q_blocks * np;
-    // Last query blocks first: under a causal mask they have the most key blocks, and
-    // starting them early leaves the short ones to even out the threads at the end.
-    const int64_t i0 = (q_blocks - 1 - item % q_blocks) * bq;
-    const int64_t rows = std::min(bq, s.tq - i0);
+    const int64_t i0 = block_of(item), rows = std::min(bq, s.tq - i0);
     void* tile_s = at_mut(scratch, worker * tile_elems);
-    // The whole row of tiles in one fused kernel, where the backend has one; else tile by tile.
-    if (P.fused) {
-      AttentionTileForward f;
-      f.tile = P.at_tile(n0, i0, rows, 0, s.tk), f.d = s.d, f.dv = s.dv;
-      f.ld.q = P.row_stride(P.q), f.ld.k = P.row_stride(P.k), f.ld.v = P.row_stride(P.v);
-      f.ld.o = P.row_stride(out);
-      f.q = P.row_at(P.q, s.h, n0, i0);
-      f.k = P.row_at(P.k, s.h, n0, 0), f.v = P.row_at(P.v, s.h, n0, 0);
-      f.m = block_ref(m, s.tq, n0, np, i0, rows).data;
-      f.l = block_ref(l, s.tq, n0, np, i0, rows).data;
-      f.o = const_cast<void*>(P.row_at(out, s.h, n0, i0));
-      RG_CHECK(be.attention_tile_fused_forward(f), kOp,
-               "internal: the backend's fused kernel declined a tile it said it takes");
-      return;
-    }
     for (int64_t j0 = 0; j0 < s.tk && !P.skipped(i0, rows, j0); j0 += bk) {
       // (rows [ii, ii + rr) of the block: all of them, or a slice on the causal diagonal)
       P.for_each_part(i0, rows, j0, [&](int64_t ii, int64_t rr, int64_t cols) {
@@ -468,9 +474,13 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   Tensor lse2 = lse.contiguous().view({P.pairs, s.tq});
   Tensor dsum = (dO * out).sum(-1).contiguous().view({P.pairs, s.tq});  // D = rowsum(dO ⊙ O)
   // (fused: each gradient laid out like its input, a projection's layout where q, k, v were)
-  Tensor dq = P.fused ? zeros_laid_out_like(P.q, s.d) : zeros(q.shape(), opts);
-  Tensor dk = P.fused ? zeros_laid_out_like(P.k, s.d) : zeros(k.shape(), opts);
-  Tensor dv = P.fused ? zeros_laid_out_like(P.v, s.dv) : zeros(v.shape(), opts);
+  auto zeros_for = [&](const Tensor& like, int64_t w) {
+    if (!P.fused) return zeros(like.shape(), opts);
+    Tensor t = laid_out_like(like, w);
+    t.zero_();
+    return t;
+  };
+  Tensor dq = zeros_for(P.q, s.d), dk = zeros_for(P.k, s.d), dv = zeros_for(P.v, s.dv);
   const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
   const int64_t k_blocks = (s.tk + bk - 1) / bk;
   const int64_t groups = P.items_per_block;  // pair groups of np pairs

@@ -40,6 +40,7 @@
 // (compiled() below), goes the GEMM route. Same math as row_math.h's
 // passes, up to the order of float additions (tests/test_attention_fused.cpp).
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -245,9 +246,8 @@ void forward_item(const AttentionTileForward& a) {
   const float* q = static_cast<const float*>(a.q);
   const float* k = static_cast<const float*>(a.k);
   const float* v = static_cast<const float*>(a.v);
-  float* m_rows = static_cast<float*>(a.m);
-  float* l_rows = static_cast<float*>(a.l);
   float* o = static_cast<float*>(a.o);
+  float* lse = static_cast<float*>(a.lse);
   const float* mask = static_cast<const float*>(t.mask.data);  // null: none
   const int64_t lq = row_stride(a.ld.q, D), lk = row_stride(a.ld.k, D);
   const int64_t lv = row_stride(a.ld.v, DV), lo = row_stride(a.ld.o, DV);
@@ -257,10 +257,9 @@ void forward_item(const AttentionTileForward& a) {
     // Key j (position col_pos + j) is visible to query g0 + i iff j ≤ i + diag.
     const int64_t diag = t.row_pos + g0 - t.col_pos;
     const int64_t keys = t.causal ? std::clamp<int64_t>(diag + nq, 0, t.cols) : t.cols;
-    if (keys == 0) continue;  // nothing visible: m, l, O stay as they are
     transpose_in(qt, q + g0 * lq, lq, nq, float(t.scale));
-    transpose_in(ot, o + g0 * lo, lo, nq, 1.0f);
-    Vec m = load_n(m_rows + g0, nq, -kInf), l = load_n(l_rows + g0, nq);
+    std::memset(ot, 0, sizeof ot);
+    Vec m = splat(-kInf), l{};
     for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
       const int64_t nk = std::min(kChunk, keys - j0);
       lane_dots<D>(s, k + j0 * lk, lk, nk, qt);  // s[j] lane i = scale·Q[i]·K[j]
@@ -289,9 +288,13 @@ void forward_item(const AttentionTileForward& a) {
       m = m_new;
       lane_accumulate<DV>(ot, s, v + j0 * lv, lv, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
     }
+    // O = Oᵀ / l (0 where the row saw no key: l = 0), lse = m + log l (−∞ + −∞ there)
+    const Vec inv = l > 0.0f ? 1.0f / l : Vec{};
+    for (int c = 0; c < DV; ++c) store(ot[c], load(ot[c]) * inv);
     transpose_out(ot, o + g0 * lo, lo, nq, 1.0f, false);
-    store_n(m_rows + g0, m, nq);
-    store_n(l_rows + g0, l, nq);
+    alignas(64) float ml[2][kLanes];
+    store(ml[0], m), store(ml[1], l);
+    for (int i = 0; i < nq; ++i) lse[g0 + i] = ml[0][i] + std::log(ml[1][i]);
   }
 }
 
