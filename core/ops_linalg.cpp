@@ -172,7 +172,8 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
            " (a bias (p), or (n, p)), got ", shape_str(input.shape()));
   // A bias vector goes into the GEMM where the backend adds it there (to each block of the
   // product while it is in cache); anything else is added after.
-  const bool in_gemm = input.numel() == p && input.size(-1) == p && input.is_contiguous() &&
+  const bool in_gemm = input.dim() >= 1 && input.numel() == p && input.size(-1) == p &&
+                       input.is_contiguous() &&
                        backend(a.device(), op).gemm_adds_bias(a.dtype());
   Tensor out;
   {

@@ -78,8 +78,15 @@ TensorImpl& Tensor::impl() const {
   return *impl_;
 }
 
-int64_t Tensor::size(int64_t dim) const { return shape()[normalize_dim(dim, this->dim(), "size")]; }
+// (normalize_dim lets a reduction name dim 0 or -1 of a 0-d tensor; a scalar has no size)
+int64_t Tensor::size(int64_t dim) const {
+  RG_CHECK(this->dim() > 0, "size", "expected a tensor with dims, got a 0-d tensor (dim ", dim,
+           ")");
+  return shape()[normalize_dim(dim, this->dim(), "size")];
+}
 int64_t Tensor::stride(int64_t dim) const {
+  RG_CHECK(this->dim() > 0, "stride", "expected a tensor with dims, got a 0-d tensor (dim ", dim,
+           ")");
   return strides()[normalize_dim(dim, this->dim(), "stride")];
 }
 int64_t Tensor::numel() const { return numel_of(shape()); }

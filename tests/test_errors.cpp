@@ -29,6 +29,14 @@ TEST_CASE("errors: matmul with mismatched inner dims names both shapes") {
   CHECK_CONTAINS(scalar, "[matmul]");
 }
 
+TEST_CASE("errors: size and stride of a 0-d tensor are an error, not a read past its shape") {
+  rg::Tensor scalar = rg::full({}, 1.0);
+  CHECK_THROWS_WITH(scalar.size(-1),
+                    doctest::Contains("[size] expected a tensor with dims, got a 0-d tensor (dim -1)"));
+  CHECK_THROWS_WITH(scalar.stride(0),
+                    doctest::Contains("[stride] expected a tensor with dims, got a 0-d tensor (dim 0)"));
+}
+
 TEST_CASE("errors: broadcasting mismatch in binary ops") {
   rg::Tensor a = rg::zeros({2, 3}), b = rg::zeros({4});
   std::string msg = error_of([&] { rg::add(a, b); });

@@ -512,7 +512,8 @@ TEST_CASE("ops: addmm equals input + a·b for every input form, on one and two t
       rg::Tensor w = rg::randn({p, m}, {.dtype = dt});  // b = wᵀ, read in place
       std::vector<double> prod = naive_matmul(values(a), values(w.t().contiguous()), n, m, p);
       const double tol = dt == rg::kFloat32 ? 1e-4 : 1e-11;
-      for (rg::Shape shape : {rg::Shape{p}, rg::Shape{1, p}, rg::Shape{n, 1}, rg::Shape{n, p}}) {
+      for (rg::Shape shape :
+           {rg::Shape{p}, rg::Shape{1, p}, rg::Shape{n, 1}, rg::Shape{n, p}, rg::Shape{}}) {
         CAPTURE(rg::shape_str(shape));
         rg::Tensor input = rg::randn(shape, {.dtype = dt});
         rg::Tensor full = input.expand({n, p}).contiguous();
@@ -524,6 +525,8 @@ TEST_CASE("ops: addmm equals input + a·b for every input form, on one and two t
       }
     }
   rg::set_num_threads(saved_threads);
+  // a scalar input where p = 1 (numel equals p, yet it is no bias vector)
+  check_close(rg::addmm(rg::full({}, 2.0), rg::ones({3, 4}), rg::ones({4, 1})), {6, 6, 6}, 1e-6);
   // errors name the op and what to fix
   rg::Tensor a = rg::randn({3, 4}), b = rg::randn({4, 5});
   CHECK_THROWS_WITH(rg::addmm(rg::randn({4}), a, b),
