@@ -159,12 +159,13 @@ bool fused_problem(Backend& be, const Dims4& s, DType dtype, const AttentionOpti
   return be.attention_tile_fused(t, s.d, s.dv);
 }
 
-// An operand of the fused route: as it lies where its rows' elements are adjacent (a head
-// split off a (B, T, H·D) projection), else a contiguous copy.
-Tensor rows_adjacent(const Tensor& t) {
+// An operand as the tile loop reads it: on the fused route as it lies where its rows'
+// elements are adjacent (a head split off a (B, T, H·D) projection); else, and on the
+// GEMM route always, a contiguous copy (none where it already is).
+Tensor as_read(const Tensor& t, bool fused) {
   const bool adjacent = t.size(3) == 1 || t.stride(3) == 1;
   const bool rows_apart = t.size(2) == 1 || t.stride(2) != 0;  // (0 means packed to a kernel)
-  return adjacent && rows_apart ? t : t.contiguous();
+  return fused && adjacent && rows_apart ? t : t.contiguous();
 }
 
 // A new (B, H, T, w) tensor laid out like `like`: (B, T, H, w) underneath when like's
@@ -183,7 +184,7 @@ struct Problem {
   Dims4 s;
   int64_t pairs;  // N = B·H
   bool fused;      // fused_problem: every item runs in the backend's fused kernel
-  Tensor q, k, v;  // contiguous, unless fused (then rows_adjacent)
+  Tensor q, k, v;  // as_read: contiguous, unless fused
   Tensor mask;     // expanded to (B, H, Tq, Tk) or undefined
   TensorRef mask_ref;  // its view (data null: none)
   AttentionTile tile;  // the fields shared by every tile
@@ -198,8 +199,7 @@ struct Problem {
     s = check_inputs(q_, k_, v_, opt);
     pairs = s.b * s.h;
     fused = fused_problem(be, s, q_.dtype(), opt);
-    auto prepare = [&](const Tensor& t) { return fused ? rows_adjacent(t) : t.contiguous(); };
-    q = prepare(q_), k = prepare(k_), v = prepare(v_);
+    q = as_read(q_, fused), k = as_read(k_, fused), v = as_read(v_, fused);
     if (opt.mask.defined()) {
       mask = additive_mask(opt.mask, q.dtype()).expand({s.b, s.h, s.tq, s.tk});
       mask_ref = ref(mask);
@@ -248,8 +248,8 @@ struct Problem {
 
   // Row i of pair n of a (B, H, T, ·) operand whose rows' elements are adjacent, and the
   // distance between its rows.
-  static const void* row_at(const Tensor& t, int64_t heads, int64_t n, int64_t i) {
-    return at(t, n / heads * t.stride(0) + n % heads * t.stride(1) + i * t.stride(2));
+  static void* row_at(const Tensor& t, int64_t heads, int64_t n, int64_t i) {
+    return at_mut(t, n / heads * t.stride(0) + n % heads * t.stride(1) + i * t.stride(2));
   }
   static int64_t row_stride(const Tensor& t) { return t.stride(2); }
 
@@ -383,7 +383,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
       f.ld.o = P.row_stride(out);
       f.q = P.row_at(P.q, s.h, n, i0);
       f.k = P.row_at(P.k, s.h, n, 0), f.v = P.row_at(P.v, s.h, n, 0);
-      f.o = const_cast<void*>(P.row_at(out, s.h, n, i0));
+      f.o = P.row_at(out, s.h, n, i0);
       f.lse = at_mut(lse, n * s.tq + i0);
       RG_CHECK(be.attention_tile_fused_forward(f), kOp,
                "internal: the backend's fused kernel declined a tile it said it takes");
@@ -470,7 +470,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
            " and lse (B, H, Tq), got out ", shape_str(out.shape()), ", dout ",
            shape_str(dout.shape()), ", lse ", shape_str(lse.shape()));
   auto opts = detail::options_of(q);
-  Tensor dO = P.fused ? rows_adjacent(dout) : dout.contiguous();
+  Tensor dO = as_read(dout, P.fused);
   Tensor lse2 = lse.contiguous().view({P.pairs, s.tq});
   Tensor dsum = (dO * out).sum(-1).contiguous().view({P.pairs, s.tq});  // D = rowsum(dO ⊙ O)
   // (fused: each gradient laid out like its input, a projection's layout where q, k, v were)
@@ -510,8 +510,8 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
       b.lse = block_ref(lse2, s.tq, n0, np, 0, s.tq).data;
       b.dsum = block_ref(dsum, s.tq, n0, np, 0, s.tq).data;
       b.dq = dq_n0;
-      b.dk = const_cast<void*>(P.row_at(dk, s.h, n0, j0));
-      b.dv_ = const_cast<void*>(P.row_at(dv, s.h, n0, j0));
+      b.dk = P.row_at(dk, s.h, n0, j0);
+      b.dv_ = P.row_at(dv, s.h, n0, j0);
       RG_CHECK(be.attention_tile_fused_backward(b), kOp,
                "internal: the backend's fused kernel declined a tile it said it takes");
       return;
@@ -558,8 +558,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   if (workers == 1 || groups >= 4 * int64_t(workers) || groups % workers == 0) {
     be.attention_run(groups, P.plan, [&](int64_t g, int worker) {
       for (int64_t jb = 0; jb < k_blocks; ++jb)
-        column(g * np, jb, const_cast<void*>(P.row_at(dq, s.h, g * np, 0)), P.row_stride(dq),
-               worker);
+        column(g * np, jb, P.row_at(dq, s.h, g * np, 0), P.row_stride(dq), worker);
     });
   } else {
     // dQ of one pair group per item: (workers, np, tq, d), summed in item order.
@@ -681,10 +680,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const bool in_place =
       !is_reduced_precision(q.dtype()) &&
       fused_problem(backend(q.device(), kOp), check_inputs(q, k, v, o), q.dtype(), o);
-  auto prepare = [&](const Tensor& t) {
-    return in_place ? rows_adjacent(t.detach()) : t.detach().contiguous();
-  };
-  Tensor qc = prepare(q), kc = prepare(k), vc = prepare(v);
+  Tensor qc = as_read(q.detach(), in_place), kc = as_read(k.detach(), in_place),
+         vc = as_read(v.detach(), in_place);
   AttentionOutput r = attention_forward(qc, kc, vc, o);
   if (autograd::needs_grad({&q, &k, &v}))
     autograd::record(kOp, r.out, {&q, &k, &v},
