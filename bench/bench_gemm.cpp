@@ -7,7 +7,11 @@
 //   oneDNN  dnnl_sgemm (OpenMP threads = the thread count), where the build has oneDNN;
 //   Eigen   C.noalias() = A * B (Eigen's threads = the thread count).
 // at 1 thread and at 2 threads. Rounds alternate between the contenders and the best
-// round of each counts, so a noisy neighbour hurts all alike. Prints GFLOP/s and
+// round of each counts, so a noisy neighbour hurts all alike. Each timing starts on an
+// idle machine: after its last call OpenMP's threads spin for ~8 ms (libgomp's default
+// wait policy) and Eigen's for a while too, and a contender timed in that wake ran its
+// second thread on a core still taken (ours measured 0.78–0.89 of oneDNN at 2 threads
+// so; ~1.0 after a pause). Prints GFLOP/s and
 // ratios, then
 //   RESULT bench=gemm engine=… min_ratio_onednn=… min_ratio_eigen=… speedup_2t_1024=…
 //
@@ -22,6 +26,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #if RINGGRAD_BENCH_ONEDNN
@@ -42,8 +47,10 @@ struct Shape3 {
   bool a_transposed = false;  // A stored (K, M) and read as its transpose: a weight gradient dYᵀ·X
 };
 
-// Seconds per call of f over `reps` calls.
+// Seconds per call of f over `reps` calls, after a pause that lets the threads of the
+// contender timed before it stop spinning.
 double time_reps(const std::function<void()>& f, int reps) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
   auto t0 = Clock::now();
   for (int i = 0; i < reps; ++i) f();
   return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
