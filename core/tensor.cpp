@@ -71,20 +71,21 @@ TensorRef ref(const Tensor& t, const Shape& as_shape) {
 
 // ---------------------------------------------------------------- metadata
 
-TensorImpl& Tensor::impl() const {
-  RG_CHECK(impl_ != nullptr, "tensor",
-           "expected a defined tensor, got an undefined one "
-           "(default-constructed, or a gradient not yet computed)");
-  return *impl_;
+void Tensor::fail_undefined() {
+  fail("tensor",
+       "expected a defined tensor, got an undefined one "
+       "(default-constructed, or a gradient not yet computed)");
 }
 
-// (normalize_dim lets a reduction name dim 0 or -1 of a 0-d tensor; a scalar has no size)
-int64_t Tensor::size(int64_t dim) const {
+// The slow paths of size() and stride() (tensor.h), reached only for a dim out of range:
+// the error. (normalize_dim lets a reduction name dim 0 or -1 of a 0-d tensor; a scalar
+// has no size.)
+int64_t Tensor::size_or_fail(int64_t dim) const {
   RG_CHECK(this->dim() > 0, "size", "expected a tensor with dims, got a 0-d tensor (dim ", dim,
            ")");
   return shape()[normalize_dim(dim, this->dim(), "size")];
 }
-int64_t Tensor::stride(int64_t dim) const {
+int64_t Tensor::stride_or_fail(int64_t dim) const {
   RG_CHECK(this->dim() > 0, "stride", "expected a tensor with dims, got a 0-d tensor (dim ", dim,
            ")");
   return strides()[normalize_dim(dim, this->dim(), "stride")];

@@ -70,8 +70,22 @@ class Tensor {
   // ---- metadata ----
   const Shape& shape() const { return impl().shape; }
   const Shape& strides() const { return impl().strides; }
-  int64_t size(int64_t dim) const;  // negative dims count from the end
-  int64_t stride(int64_t dim) const;
+  // Negative dims count from the end. Inline (every op asks them many times); a dim out of
+  // range, or any dim of a 0-d tensor, is a clear error from the out-of-line path.
+  int64_t size(int64_t dim) const {
+    const Shape& s = impl().shape;
+    const int64_t n = static_cast<int64_t>(s.size()), d = dim < 0 ? dim + n : dim;
+    if (d < 0 || d >= n) [[unlikely]]
+      return size_or_fail(dim);
+    return s[static_cast<size_t>(d)];
+  }
+  int64_t stride(int64_t dim) const {
+    const Shape& s = impl().strides;
+    const int64_t n = static_cast<int64_t>(s.size()), d = dim < 0 ? dim + n : dim;
+    if (d < 0 || d >= n) [[unlikely]]
+      return stride_or_fail(dim);
+    return s[static_cast<size_t>(d)];
+  }
   int64_t dim() const { return static_cast<int64_t>(impl().shape.size()); }
   int64_t numel() const;
   int64_t offset() const { return impl().offset; }
@@ -180,10 +194,18 @@ class Tensor {
   // Shape/dtype/device summary, e.g. "Tensor[2, 3] float32 cpu".
   std::string describe() const;
 
-  TensorImpl& impl() const;
+  TensorImpl& impl() const {
+    if (impl_ == nullptr) [[unlikely]]
+      fail_undefined();
+    return *impl_;
+  }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
  private:
+  [[noreturn]] static void fail_undefined();
+  int64_t size_or_fail(int64_t dim) const;
+  int64_t stride_or_fail(int64_t dim) const;
+
   std::shared_ptr<TensorImpl> impl_;
 };
 
