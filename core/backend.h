@@ -115,8 +115,8 @@ struct AttentionTileBackward {
   const void* lse = nullptr;   // (rows): the global log-sum-exp
   const void* dsum = nullptr;  // (rows): rowsum(dO ⊙ O)
   void* dq = nullptr;          // (rows, d), added to
-  void* dk = nullptr;          // (cols, d), added to
-  void* dv_ = nullptr;         // (cols, dv), added to
+  void* dk = nullptr;          // (cols, d), written: the column is every query
+  void* dv_ = nullptr;         // (cols, dv), written (0 for keys no query sees)
 };
 
 class Backend {

@@ -473,14 +473,17 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   Tensor dO = as_read(dout, P.fused);
   Tensor lse2 = lse.contiguous().view({P.pairs, s.tq});
   Tensor dsum = (dO * out).sum(-1).contiguous().view({P.pairs, s.tq});  // D = rowsum(dO ⊙ O)
-  // (fused: each gradient laid out like its input, a projection's layout where q, k, v were)
-  auto zeros_for = [&](const Tensor& like, int64_t w) {
+  // (fused: each gradient laid out like its input, a projection's layout where q, k, v were.
+  // The fused kernel writes a key block's dK and dV whole — its column is every query — so
+  // they start uninitialised; dQ, which every key block adds to, starts at zero.)
+  auto grad_for = [&](const Tensor& like, int64_t w, bool added_to) {
     if (!P.fused) return zeros(like.shape(), opts);
     Tensor t = laid_out_like(like, w);
-    t.zero_();
+    if (added_to) t.zero_();
     return t;
   };
-  Tensor dq = zeros_for(P.q, s.d), dk = zeros_for(P.k, s.d), dv = zeros_for(P.v, s.dv);
+  Tensor dq = grad_for(P.q, s.d, true), dk = grad_for(P.k, s.d, false),
+         dv = grad_for(P.v, s.dv, false);
   const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
   const int64_t k_blocks = (s.tk + bk - 1) / bk;
   const int64_t groups = P.items_per_block;  // pair groups of np pairs

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "test_helpers.h"
 
@@ -25,6 +26,14 @@ double count(const rg::Tensor& t) { return t.to(rg::kFloat64).sum().item(); }
 double worst(const rg::Tensor& a, const rg::Tensor& b, double atol, double rtol) {
   rg::Tensor x = a.to(rg::kFloat64), y = b.to(rg::kFloat64);
   return ((x - y).abs() / ((y.abs() * rtol) + atol)).max().item();
+}
+
+// Leave NaN in the CPU allocator's cached blocks of `numel` float32 elements, so that an
+// output the kernel must write whole but skips (the fused backward's dK, dV start
+// uninitialised) shows up as NaN instead of reading a fresh page's zeros.
+void dirty_cached_blocks(int64_t numel) {
+  std::vector<rg::Tensor> junk;
+  for (int i = 0; i < 4; ++i) junk.push_back(rg::full({numel}, std::nan("")));
 }
 
 // Forward and backward in float32 against float64 on the same (rounded) inputs.
@@ -45,6 +54,7 @@ void check_against_float64(int64_t heads, int64_t tq, int64_t tk, int64_t d,
   rg::Tensor finite_want = rg::where(hidden, rg::zeros_like(want.lse), want.lse);
   CHECK(worst(finite_got, finite_want, 1e-5, 1e-5) <= 1.0);
 
+  dirty_cached_blocks(k.numel());
   rg::AttentionGrads g = rg::attention_backward(q, k, v, got.out, got.lse, dout, o);
   rg::AttentionGrads h =
       rg::attention_backward(f64(q), f64(k), f64(v), want.out, want.lse, f64(dout), o);
@@ -161,6 +171,7 @@ TEST_CASE("attention fused: hidden rows give 0 and lse = -inf; a NaN reaches the
   rg::AttentionOutput r = rg::attention_forward(q, k, v, {.causal = true, .k_offset = 100});
   CHECK(r.out.abs().max().item() == 0.0);
   CHECK(count(r.lse == -kInf) == 20);
+  dirty_cached_blocks(k.numel());
   rg::AttentionGrads g = rg::attention_backward(q, k, v, r.out, r.lse, rg::ones_like(r.out),
                                                 {.causal = true, .k_offset = 100});
   CHECK(g.dq.abs().max().item() == 0.0);

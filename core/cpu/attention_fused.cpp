@@ -143,17 +143,16 @@ void for_each_width(F&& f) {
 }
 
 // Rows [0, n) of x (row stride ld, n ≤ 16), D features, into t[c] lane i = scale·x[i, c];
-// lanes past n are 0. And back: x[i, c] (+)= scale·t[c] lane i for i < n.
+// lanes past n are 0. And back: x[i, c] = scale·t[c] lane i for i < n.
 template <int D>
 void transpose_in(float (&t)[D][kLanes], const float* x, int64_t ld, int n, float scale) {
   for (int c = 0; c < D; ++c)
     for (int i = 0; i < kLanes; ++i) t[c][i] = i < n ? scale * x[i * ld + c] : 0.0f;
 }
 template <int D>
-void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, float scale,
-                   bool add) {
+void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, float scale) {
   for (int i = 0; i < n; ++i)
-    for (int c = 0; c < D; ++c) x[i * ld + c] = (add ? x[i * ld + c] : 0.0f) + scale * t[c][i];
+    for (int c = 0; c < D; ++c) x[i * ld + c] = scale * t[c][i];
 }
 
 // out[r] = Σ_c a[r, c]·bt[c] for r < nr: a (nr, D) row-major, rows lda apart (a broadcast
@@ -291,7 +290,7 @@ void forward_item(const AttentionTileForward& a) {
     // O = Oᵀ / l (0 where the row saw no key: l = 0), lse = m + log l (−∞ + −∞ there)
     const Vec inv = l > 0.0f ? 1.0f / l : Vec{};
     for (int c = 0; c < DV; ++c) store(ot[c], load(ot[c]) * inv);
-    transpose_out(ot, o + g0 * lo, lo, nq, 1.0f, false);
+    transpose_out(ot, o + g0 * lo, lo, nq, 1.0f);
     alignas(64) float ml[2][kLanes];
     store(ml[0], m), store(ml[1], l);
     for (int i = 0; i < nq; ++i) lse[g0 + i] = ml[0][i] + std::log(ml[1][i]);
@@ -324,7 +323,13 @@ void backward_item(const AttentionTileBackward& a) {
     // Key lane j (position col_pos + kg0 + j) is visible to query i iff j ≤ i + diag.
     const int64_t diag = t.row_pos - t.col_pos - kg0;
     const int64_t first = t.causal ? std::clamp<int64_t>(-diag, 0, t.rows) : 0;
-    if (first == t.rows) continue;  // no query sees these keys
+    if (first == t.rows) {  // no query sees these keys: their dK, dV are 0
+      for (int i = 0; i < nk; ++i) {
+        std::memset(dk + (kg0 + i) * ldk, 0, D * sizeof(float));
+        std::memset(dv + (kg0 + i) * ldv, 0, DV * sizeof(float));
+      }
+      continue;
+    }
     transpose_in(kt, k + kg0 * lk, lk, nk, scale);
     transpose_in(vt, v + kg0 * lv, lv, nk, 1.0f);
     // K̂'s rows too, for dQ (lanes: features): zero past the group's keys.
@@ -365,8 +370,8 @@ void backward_item(const AttentionTileBackward& a) {
         }
       }
     }
-    transpose_out(dkt, dk + kg0 * ldk, ldk, nk, scale, true);
-    transpose_out(dvt, dv + kg0 * ldv, ldv, nk, 1.0f, true);
+    transpose_out(dkt, dk + kg0 * ldk, ldk, nk, scale);  // the whole column: written
+    transpose_out(dvt, dv + kg0 * ldv, ldv, nk, 1.0f);
   }
 }
 
