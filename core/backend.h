@@ -89,6 +89,7 @@ struct AttentionTile {
 struct AttentionRows {
   int64_t q = 0, k = 0, v = 0;  // rows of q, k (d elements) and v (dv)
   int64_t o = 0;                // forward: rows of o; backward: rows of dout (dv)
+  int64_t out = 0;              // backward: rows of the forward's output (dv)
   int64_t dq = 0, dk = 0, dv = 0;  // backward: the gradients' rows
 };
 // The forward's row is all of the call's keys, taken from nothing seen (no running m, l
@@ -113,7 +114,8 @@ struct AttentionTileBackward {
   const void* v = nullptr;     // (cols, dv)
   const void* dout = nullptr;  // (rows, dv)
   const void* lse = nullptr;   // (rows): the global log-sum-exp
-  const void* dsum = nullptr;  // (rows): rowsum(dO ⊙ O)
+  const void* out = nullptr;   // (rows, dv): the forward's output O
+  const void* dsum = nullptr;  // (rows): rowsum(dO ⊙ O); null: the kernel computes it
   void* dq = nullptr;          // (rows, d), added to
   void* dk = nullptr;          // (cols, d), written: the column is every query
   void* dv_ = nullptr;         // (cols, dv), written (0 for keys no query sees)

@@ -472,7 +472,11 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   auto opts = detail::options_of(q);
   Tensor dO = as_read(dout, P.fused);
   Tensor lse2 = lse.contiguous().view({P.pairs, s.tq});
-  Tensor dsum = (dO * out).sum(-1).contiguous().view({P.pairs, s.tq});  // D = rowsum(dO ⊙ O)
+  // D = rowsum(dO ⊙ O): the fused kernel computes its rows itself, from O as it lies
+  // (no (B, H, Tq, Dv) product written and read back); the GEMM route gets it here.
+  const Tensor out_read = P.fused ? as_read(out, true) : Tensor();
+  const Tensor dsum =
+      P.fused ? Tensor() : (dO * out).sum(-1).contiguous().view({P.pairs, s.tq});
   // (fused: each gradient laid out like its input, a projection's layout where q, k, v were.
   // The fused kernel writes a key block's dK and dV whole — its column is every query — so
   // they start uninitialised; dQ, which every key block adds to, starts at zero.)
@@ -505,13 +509,13 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
       AttentionTileBackward b;
       b.tile = P.at_tile(n0, 0, s.tq, j0, std::min(bk, s.tk - j0)), b.d = s.d, b.dv = s.dv;
       b.ld.q = P.row_stride(P.q), b.ld.k = P.row_stride(P.k), b.ld.v = P.row_stride(P.v);
-      b.ld.o = P.row_stride(dO), b.ld.dq = ldq;
+      b.ld.o = P.row_stride(dO), b.ld.out = P.row_stride(out_read), b.ld.dq = ldq;
       b.ld.dk = P.row_stride(dk), b.ld.dv = P.row_stride(dv);
       b.q = P.row_at(P.q, s.h, n0, 0);
       b.k = P.row_at(P.k, s.h, n0, j0), b.v = P.row_at(P.v, s.h, n0, j0);
       b.dout = P.row_at(dO, s.h, n0, 0);
       b.lse = block_ref(lse2, s.tq, n0, np, 0, s.tq).data;
-      b.dsum = block_ref(dsum, s.tq, n0, np, 0, s.tq).data;
+      b.out = P.row_at(out_read, s.h, n0, 0);  // (dsum null: D from dout and out)
       b.dq = dq_n0;
       b.dk = P.row_at(dk, s.h, n0, j0);
       b.dv_ = P.row_at(dv, s.h, n0, j0);

@@ -25,7 +25,9 @@
 //      dVᵀ[c] += Σ_i p_i·dO[i, c],  dKᵀ[c] += scale·Σ_i ds_i·Q[i, c]   (per lane: its key)
 //      dQ[i, ·] += Σ_j ds_i[j]·K̂[j, ·]                  (lanes: features, K̂ rows in registers)
 // Q, dO, lse and D are read as they lie (row by row, a broadcast per element); only the
-// item's own 16 positions are transposed, once, and written back once at the end.
+// item's own 16 positions are transposed, once, and written back once at the end. D is
+// computed by the call itself from dO and O (row_dots), unless the caller passes it.
+// dK and dV are written whole: the item is its keys' whole column of queries.
 // Features are taken 16 at a time (a head dim of 32 is two passes), so at most 16 vectors
 // of one operand are held at once and the compiler keeps them all in registers.
 // Every operand's rows lie a stride apart (AttentionRows, backend.h): a head split off a
@@ -45,6 +47,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <vector>
 #if defined(__AVX512F__)
 #include <immintrin.h>  // exp16's two AVX-512 instructions
 #endif
@@ -297,6 +300,23 @@ void forward_item(const AttentionTileForward& a) {
   }
 }
 
+// d[i] = Σ_c x[i, c]·y[i, c] for i < n: x, y (n, W·…) row-major, rows ldx, ldy apart.
+// Lane-wise products summed in vectors first, then across the 16 lanes.
+template <int D>
+void row_dots(float* d, const float* x, int64_t ldx, const float* y, int64_t ldy, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    Vec acc{};
+    for_each_width<D>([&]<int W>(int c0) {
+      acc += load_n(x + i * ldx + c0, W) * load_n(y + i * ldy + c0, W);
+    });
+    alignas(64) float lanes[kLanes];
+    store(lanes, acc);
+    float sum = 0.0f;
+    for (int l = 0; l < kLanes; l += 2) sum += lanes[l] + lanes[l + 1];
+    d[i] = sum;
+  }
+}
+
 // ---- backward: an item is a key block; lanes are its keys ----
 template <int D, int DV>
 void backward_item(const AttentionTileBackward& a) {
@@ -307,6 +327,14 @@ void backward_item(const AttentionTileBackward& a) {
   const float* dout = static_cast<const float*>(a.dout);
   const float* lse = static_cast<const float*>(a.lse);
   const float* dsum = static_cast<const float*>(a.dsum);
+  const int64_t lout = row_stride(a.ld.out, DV);
+  if (!dsum) {  // D = rowsum(dO ⊙ O) for every query of the column, once per call
+    thread_local std::vector<float> rows_d;
+    rows_d.resize(size_t(std::max<int64_t>(t.rows, 1)));
+    row_dots<DV>(rows_d.data(), static_cast<const float*>(a.dout), row_stride(a.ld.o, DV),
+                 static_cast<const float*>(a.out), lout, t.rows);
+    dsum = rows_d.data();
+  }
   float* dq = static_cast<float*>(a.dq);
   float* dk = static_cast<float*>(a.dk);
   float* dv = static_cast<float*>(a.dv_);
