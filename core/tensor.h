@@ -73,18 +73,12 @@ class Tensor {
   // Negative dims count from the end. Inline (every op asks them many times); a dim out of
   // range, or any dim of a 0-d tensor, is a clear error from the out-of-line path.
   int64_t size(int64_t dim) const {
-    const Shape& s = impl().shape;
-    const int64_t n = static_cast<int64_t>(s.size()), d = dim < 0 ? dim + n : dim;
-    if (d < 0 || d >= n) [[unlikely]]
-      return size_or_fail(dim);
-    return s[static_cast<size_t>(d)];
+    const int64_t* e = entry(impl().shape, dim);
+    return e ? *e : size_or_fail(dim);
   }
   int64_t stride(int64_t dim) const {
-    const Shape& s = impl().strides;
-    const int64_t n = static_cast<int64_t>(s.size()), d = dim < 0 ? dim + n : dim;
-    if (d < 0 || d >= n) [[unlikely]]
-      return stride_or_fail(dim);
-    return s[static_cast<size_t>(d)];
+    const int64_t* e = entry(impl().strides, dim);
+    return e ? *e : stride_or_fail(dim);
   }
   int64_t dim() const { return static_cast<int64_t>(impl().shape.size()); }
   int64_t numel() const;
@@ -202,6 +196,13 @@ class Tensor {
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
  private:
+  // Entry dim of a shape or strides (negative from the end); null when out of range.
+  static const int64_t* entry(const Shape& s, int64_t dim) {
+    const int64_t n = static_cast<int64_t>(s.size()), d = dim < 0 ? dim + n : dim;
+    if (d < 0 || d >= n) [[unlikely]]
+      return nullptr;
+    return s.data() + d;
+  }
   [[noreturn]] static void fail_undefined();
   int64_t size_or_fail(int64_t dim) const;
   int64_t stride_or_fail(int64_t dim) const;

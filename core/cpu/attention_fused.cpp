@@ -300,7 +300,7 @@ void forward_item(const AttentionTileForward& a) {
   }
 }
 
-// d[i] = Σ_c x[i, c]·y[i, c] for i < n: x, y (n, W·…) row-major, rows ldx, ldy apart.
+// d[i] = Σ_c x[i, c]·y[i, c] for i < n: x, y (n, D) row-major, rows ldx, ldy apart.
 // Lane-wise products summed in vectors first, then across the 16 lanes.
 template <int D>
 void row_dots(float* d, const float* x, int64_t ldx, const float* y, int64_t ldy, int64_t n) {
