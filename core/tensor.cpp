@@ -80,15 +80,16 @@ void Tensor::fail_undefined() {
 // The slow paths of size() and stride() (tensor.h), reached only for a dim out of range:
 // the error. (normalize_dim lets a reduction name dim 0 or -1 of a 0-d tensor; a scalar
 // has no size.)
-int64_t Tensor::size_or_fail(int64_t dim) const {
-  RG_CHECK(this->dim() > 0, "size", "expected a tensor with dims, got a 0-d tensor (dim ", dim,
-           ")");
-  return shape()[normalize_dim(dim, this->dim(), "size")];
+namespace {
+int64_t entry_or_fail(const Shape& s, int64_t dim, const char* op) {
+  const int64_t ndim = static_cast<int64_t>(s.size());
+  RG_CHECK(ndim > 0, op, "expected a tensor with dims, got a 0-d tensor (dim ", dim, ")");
+  return s[static_cast<size_t>(normalize_dim(dim, ndim, op))];
 }
+}  // namespace
+int64_t Tensor::size_or_fail(int64_t dim) const { return entry_or_fail(shape(), dim, "size"); }
 int64_t Tensor::stride_or_fail(int64_t dim) const {
-  RG_CHECK(this->dim() > 0, "stride", "expected a tensor with dims, got a 0-d tensor (dim ", dim,
-           ")");
-  return strides()[normalize_dim(dim, this->dim(), "stride")];
+  return entry_or_fail(strides(), dim, "stride");
 }
 int64_t Tensor::numel() const { return numel_of(shape()); }
 Device Tensor::device() const { return impl().storage->device(); }

@@ -327,14 +327,6 @@ void backward_item(const AttentionTileBackward& a) {
   const float* dout = static_cast<const float*>(a.dout);
   const float* lse = static_cast<const float*>(a.lse);
   const float* dsum = static_cast<const float*>(a.dsum);
-  const int64_t lout = row_stride(a.ld.out, DV);
-  if (!dsum) {  // D = rowsum(dO ⊙ O) for every query of the column, once per call
-    thread_local std::vector<float> rows_d;
-    rows_d.resize(size_t(std::max<int64_t>(t.rows, 1)));
-    row_dots<DV>(rows_d.data(), static_cast<const float*>(a.dout), row_stride(a.ld.o, DV),
-                 static_cast<const float*>(a.out), lout, t.rows);
-    dsum = rows_d.data();
-  }
   float* dq = static_cast<float*>(a.dq);
   float* dk = static_cast<float*>(a.dk);
   float* dv = static_cast<float*>(a.dv_);
@@ -344,6 +336,13 @@ void backward_item(const AttentionTileBackward& a) {
   const int64_t lv = row_stride(a.ld.v, DV), lo = row_stride(a.ld.o, DV);
   const int64_t ldq = row_stride(a.ld.dq, D), ldk = row_stride(a.ld.dk, D);
   const int64_t ldv = row_stride(a.ld.dv, DV);
+  if (!dsum) {  // D = rowsum(dO ⊙ O) for every query of the column, once per call
+    thread_local std::vector<float> rows_d;
+    rows_d.resize(size_t(std::max<int64_t>(t.rows, 1)));
+    row_dots<DV>(rows_d.data(), dout, lo, static_cast<const float*>(a.out),
+                 row_stride(a.ld.out, DV), t.rows);
+    dsum = rows_d.data();
+  }
   alignas(64) float kt[D][kLanes], vt[DV][kLanes], dkt[D][kLanes], dvt[DV][kLanes];
   alignas(64) float p[kChunk][kLanes], ds[kChunk][kLanes];
   for (int64_t kg0 = 0; kg0 < t.cols; kg0 += kLanes) {
