@@ -19,6 +19,7 @@
 //      s_j = Q̂·K_jᵀ + mask (causal: −∞ past the diagonal)  m_new = max(m, max_j s_j)
 //      p_j = exp(s_j − m_new)                           l = c·l + Σ_j p_j, c = exp(m − m_new)
 //      Oᵀ[c] = c·Oᵀ[c] + Σ_j p_j·V[j, c]
+//    (the scores in base 2, and exp(x) taken as 2^(x·log2 e): exp2_16 below)
 //  - backward, an item is a key block: 16 keys per vector. Key group × query i:
 //      p_i  = exp(Q[i, ·]·K̂ᵀ + mask − lse_i)           K̂ = scale·K
 //      ds_i = p_i·(dO[i, ·]·Vᵀ − D_i)                   D = rowsum(dO ⊙ O)
@@ -40,7 +41,8 @@
 // (RINGGRAD_CPU_ATTENTION, below). float32 only, with or without a mask (additive;
 // torch's bool masks arrive as 0/−∞); a tile with dropout, or head dims not compiled
 // (compiled() below), goes the GEMM route. Same math as row_math.h's
-// passes, up to the order of float additions (tests/test_attention_fused.cpp).
+// passes, up to the order of float additions and exp's last bit
+// (tests/test_attention_fused.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -49,7 +51,7 @@
 #include <string_view>
 #include <vector>
 #if defined(__AVX512F__)
-#include <immintrin.h>  // exp16's two AVX-512 instructions
+#include <immintrin.h>  // exp2_16's AVX-512 instructions
 #endif
 
 #include "ringgrad/core/cpu/cpu_backend.h"
@@ -71,6 +73,7 @@ using Vec = float __attribute__((vector_size(64)));     // 16 floats
 using IVec = int32_t __attribute__((vector_size(64)));  // 16 ints, or lane masks (−1 or 0)
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kLn2 = 0.693147181f;
 
 Vec splat(float x) { return Vec{} + x; }
 Vec load(const float* p) {
@@ -107,34 +110,45 @@ Vec lane_max(const float (*s)[kLanes], int64_t n) {
   return max_of(max_of(m[0], m[1]), max_of(m[2], m[3]));
 }
 
-// math::exp_vec on 16 lanes: the same range reduction and polynomial, exactly 0 below
-// kExpMin (so a hidden score, −∞, gives 0), +∞ past the top; a NaN stays NaN. With
-// AVX-512, n = round(x·log2 e) and p·2^n are one instruction each (vrndscaleps,
-// vscalefps); elsewhere n is rounded by the 1.5·2^23 trick and 2^n built from its bits.
-// (exp_vec rounds by floor(x·log2 e + ½): the same n but at exact ties, where either is
-// as good.)
-Vec exp16(Vec x) {
-  const Vec xc = min_of(x, splat(math::kExpMax));  // below kExpMin the result is replaced by 0
+// The scores live in base 2: the softmax scale is multiplied by log2 e once, into the
+// item's own transposed operand (Q̂ᵀ forward, K̂ᵀ backward), so that every score becomes
+// 2^(s − m) instead of e^(s' − m'), the same number: exp(x) = 2^(x·log2 e). That saves
+// exp's multiply by log2 e and its two-part reduction by ln 2 on every score, a third of
+// the instructions that are not FMAs at head dim 16. The log-sum-exp leaves the kernel in
+// natural units (lse = ln 2 · (m + log2 l)), as every other route gives it.
+//
+// 2^x on 16 lanes: n = round(x), r = x − n in [−½, ½] (exact), 2^r by a degree-5
+// polynomial (least squares on Chebyshev nodes), times 2^n: relative error ≤ 2.2e-7
+// measured over [−126, 128] on both paths below, about what math::exp_vec's degree-6
+// Taylor polynomial gives. Exactly 0 below −126 (where 2^x would be subnormal; so a
+// hidden score, −∞, gives 0), +∞ from 128 on; a NaN stays NaN. With AVX-512, round(x) and p·2^n are one instruction each (vrndscaleps,
+// vscalefps, which also gives 0 or ∞ where 2^n is out of range); elsewhere n is rounded
+// by the 1.5·2^23 trick and 2^n built from its bits.
+constexpr float kExp2Min = -126.0f, kExp2Max = 128.0f;
+Vec exp2_poly5(Vec r) {  // 2^r for |r| ≤ ½
+  return 1.00000012f +
+         r * (0.693146944f +
+              r * (0.240221217f + r * (0.0555074252f + r * (0.00967545994f + r * 0.00132669706f))));
+}
+Vec exp2_16(Vec x) {
+  const Vec xc = min_of(x, splat(kExp2Max));  // 2^128 is already ∞
 #if defined(__AVX512F__)
-  // (the maskz_ forms with every lane set: the plain ones trip GCC 12's
-  // -Wmaybe-uninitialized on the undefined source register they pass)
-  const Vec n = (Vec)_mm512_maskz_roundscale_ps(0xFFFF, (__m512)(xc * math::kLog2e),
+  // (the maskz_ forms: the plain ones trip GCC 12's -Wmaybe-uninitialized on the undefined
+  // source register they pass; the mask of scalef is the "exactly 0 below" select)
+  const Vec n = (Vec)_mm512_maskz_roundscale_ps(0xFFFF, (__m512)xc,
                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __mmask16 kept = _mm512_cmp_ps_mask((__m512)x, (__m512)splat(kExp2Min), _CMP_NLT_UQ);
+  return (Vec)_mm512_maskz_scalef_ps(kept, (__m512)exp2_poly5(xc - n), (__m512)n);
 #else
   constexpr float kRound = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer
-  const Vec t = max_of(xc, splat(math::kExpMin)) * math::kLog2e + kRound;
-  const Vec n = t - kRound;
+  const Vec t = max_of(xc, splat(kExp2Min - 1.0f)) + kRound;
+  const Vec n = t - kRound;                                 // in [−127, 128]
+  const IVec ni = (IVec)t - (IVec)splat(kRound);
+  const IVec top = ni > 127;                                // 2^128 = 2·2^127: no float's bits
+  const IVec bits = ((top ? ni - 1 : ni) + 127) << 23;      // 2^n, or 2^127 where n = 128
+  const Vec e = exp2_poly5(xc - n) * (top ? splat(2.0f) : splat(1.0f)) * (Vec)bits;
+  return x < kExp2Min ? Vec{} : e;
 #endif
-  Vec r = xc - n * math::kLn2Hi;
-  r = r - n * math::kLn2Lo;
-  const Vec p = math::exp_taylor6(r);
-#if defined(__AVX512F__)
-  const Vec e = (Vec)_mm512_maskz_scalef_ps(0xFFFF, (__m512)p, (__m512)n);  // p·2^n, ∞ past the top
-#else
-  const IVec bits = (((IVec)t - (IVec)splat(kRound)) + 127) << 23;  // 2^n, n in [−126, 128]
-  const Vec e = p * (Vec)bits;                                      // n = 128: p·∞ = ∞
-#endif
-  return x < math::kExpMin ? Vec{} : e;
 }
 
 // for_each_width<D>(f): f.template operator()<W>(c0) over the features [0, D) in pieces of
@@ -217,8 +231,8 @@ void hide(float (*s)[kLanes], int64_t nr, int64_t diag, int lanes, bool causal) 
   }
 }
 
-// The additive mask (AttentionTile::mask, float32): s[r] lane ℓ += mask[r·row_step + ℓ·lane_step],
-// r < nr, lanes < n. A padding mask broadcasts along one of the two (step 0), and a
+// The additive mask (AttentionTile::mask, float32), in base 2 as the scores are:
+// s[r] lane ℓ += log2 e·mask[r·row_step + ℓ·lane_step], r < nr, lanes < n. A padding mask broadcasts along one of the two (step 0), and a
 // contiguous one has lane_step 1: both are one vector per row; any other is gathered.
 void add_mask(float (*s)[kLanes], int64_t nr, const float* mask, int64_t row_step,
               int64_t lane_step, int n) {
@@ -234,7 +248,7 @@ void add_mask(float (*s)[kLanes], int64_t nr, const float* mask, int64_t row_ste
       for (int l = 0; l < n; ++l) a[l] = mr[l * lane_step];
       add = load(a);
     }
-    store(s[r], load(s[r]) + add);
+    store(s[r], load(s[r]) + add * math::kLog2e);
   }
 }
 
@@ -259,13 +273,13 @@ void forward_item(const AttentionTileForward& a) {
     // Key j (position col_pos + j) is visible to query g0 + i iff j ≤ i + diag.
     const int64_t diag = t.row_pos + g0 - t.col_pos;
     const int64_t keys = t.causal ? std::clamp<int64_t>(diag + nq, 0, t.cols) : t.cols;
-    transpose_in(qt, q + g0 * lq, lq, nq, float(t.scale));
+    transpose_in(qt, q + g0 * lq, lq, nq, float(t.scale) * math::kLog2e);  // scores in base 2
     std::memset(ot, 0, sizeof ot);
     Vec m = splat(-kInf), l{};
     for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
       const int64_t nk = std::min(kChunk, keys - j0);
-      lane_dots<D>(s, k + j0 * lk, lk, nk, qt);  // s[j] lane i = scale·Q[i]·K[j]
-      if (mask)  // s[j] lane i += mask[g0 + i, j0 + j]: rows are keys, lanes queries
+      lane_dots<D>(s, k + j0 * lk, lk, nk, qt);  // s[j] lane i = log2 e·scale·Q[i]·K[j]
+      if (mask)  // s[j] lane i += log2 e·mask[g0 + i, j0 + j]: rows are keys, lanes queries
         add_mask(s, nk, mask + g0 * t.mask.strides[2] + j0 * t.mask.strides[3], t.mask.strides[3],
                  t.mask.strides[2], nq);
       if (t.causal) {
@@ -281,22 +295,22 @@ void forward_item(const AttentionTileForward& a) {
       const Vec m_use = m_new == -kInf ? Vec{} : m_new;  // a row that has seen only −∞
       Vec sum{};
       for (int64_t j = 0; j < nk; ++j) {
-        const Vec p = exp16(load(s[j]) - m_use);
+        const Vec p = exp2_16(load(s[j]) - m_use);
         store(s[j], p);
         sum += p;
       }
-      const Vec correction = exp16(m - m_use);  // 0 on the row's first keys (m = −∞)
+      const Vec correction = exp2_16(m - m_use);  // 0 on the row's first keys (m = −∞)
       l = l * correction + sum;
       m = m_new;
       lane_accumulate<DV>(ot, s, v + j0 * lv, lv, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
     }
-    // O = Oᵀ / l (0 where the row saw no key: l = 0), lse = m + log l (−∞ + −∞ there)
+    // O = Oᵀ / l (0 where the row saw no key: l = 0), lse = ln 2·(m + log2 l) (−∞ there)
     const Vec inv = l > 0.0f ? 1.0f / l : Vec{};
     for (int c = 0; c < DV; ++c) store(ot[c], load(ot[c]) * inv);
     transpose_out(ot, o + g0 * lo, lo, nq, 1.0f);
     alignas(64) float ml[2][kLanes];
     store(ml[0], m), store(ml[1], l);
-    for (int i = 0; i < nq; ++i) lse[g0 + i] = ml[0][i] + std::log(ml[1][i]);
+    for (int i = 0; i < nq; ++i) lse[g0 + i] = kLn2 * (ml[0][i] + std::log2(ml[1][i]));
   }
 }
 
@@ -357,22 +371,23 @@ void backward_item(const AttentionTileBackward& a) {
       }
       continue;
     }
-    transpose_in(kt, k + kg0 * lk, lk, nk, scale);
+    transpose_in(kt, k + kg0 * lk, lk, nk, scale * math::kLog2e);  // scores in base 2
     transpose_in(vt, v + kg0 * lv, lv, nk, 1.0f);
     // K̂'s rows too, for dQ (lanes: features): zero past the group's keys.
     std::memset(dkt, 0, sizeof dkt);
     std::memset(dvt, 0, sizeof dvt);
     for (int64_t i0 = first; i0 < t.rows; i0 += kChunk) {
       const int64_t ni = std::min(kChunk, t.rows - i0);
-      // P = exp(Q_i·K̂ᵀ − lse), hidden keys (and lanes past the group) 0
+      // P = 2^(Q_i·K̂ᵀ·log2 e − lse·log2 e), hidden keys (and lanes past the group) 0
       lane_dots<D>(p, q + i0 * lq, lq, ni, kt);
-      if (mask)  // p[i] lane j += mask[i0 + i, kg0 + j]: rows are queries, lanes keys
+      if (mask)  // p[i] lane j += log2 e·mask[i0 + i, kg0 + j]: rows are queries, lanes keys
         add_mask(p, ni, mask + i0 * t.mask.strides[2] + kg0 * t.mask.strides[3], t.mask.strides[2],
                  t.mask.strides[3], nk);
       hide(p, ni, i0 + diag, nk, t.causal);
       for (int64_t i = 0; i < ni; ++i) {
-        const float row_lse = lse[i0 + i] == -kInf ? kInf : lse[i0 + i];  // saw no key: P = 0
-        store(p[i], exp16(load(p[i]) - row_lse));
+        const float row_lse =  // saw no key: P = 0
+            lse[i0 + i] == -kInf ? kInf : lse[i0 + i] * math::kLog2e;
+        store(p[i], exp2_16(load(p[i]) - row_lse));
       }
       // dS = P·(dO_i·Vᵀ − D)   (the gradient of the scaled scores)
       lane_dots<DV>(ds, dout + i0 * lo, lo, ni, vt);
