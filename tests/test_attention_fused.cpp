@@ -36,12 +36,17 @@ void dirty_cached_blocks(int64_t numel) {
   for (int i = 0; i < 4; ++i) junk.push_back(rg::full({numel}, std::nan("")));
 }
 
-// Forward and backward in float32 against float64 on the same (rounded) inputs.
+// Forward and backward in float32 against float64 on the same (rounded) inputs. With
+// `interleaved`, every operand is a (1, T, heads, d) tensor seen as (1, heads, T, d), the
+// layout of heads split off a projection: rows heads·d apart.
 void check_against_float64(int64_t heads, int64_t tq, int64_t tk, int64_t d,
-                           const rg::AttentionOptions& o, double q_gain = 1.0) {
-  rg::Tensor q = (rg::uniform({1, heads, tq, d}, -1, 1) * q_gain).contiguous();
-  rg::Tensor k = rg::uniform({1, heads, tk, d}, -1, 1), v = rg::uniform({1, heads, tk, d}, -1, 1);
-  rg::Tensor dout = rg::uniform({1, heads, tq, d}, -1, 1);
+                           const rg::AttentionOptions& o, double q_gain = 1.0,
+                           bool interleaved = false) {
+  auto make = [&](int64_t t, double gain = 1.0) {
+    return interleaved ? (rg::uniform({1, t, heads, d}, -1, 1) * gain).transpose(1, 2)
+                       : (rg::uniform({1, heads, t, d}, -1, 1) * gain).contiguous();
+  };
+  rg::Tensor q = make(tq, q_gain), k = make(tk), v = make(tk), dout = make(tq);
   auto f64 = [](const rg::Tensor& t) { return t.to(rg::kFloat64); };
   rg::AttentionOutput got = rg::attention_forward(q, k, v, o);
   rg::AttentionOutput want = rg::attention_forward(f64(q), f64(k), f64(v), o);
@@ -115,6 +120,26 @@ TEST_CASE("attention fused: causal, tiles and offsets as ring attention makes th
     o.block_q = 40, o.block_k = 24;  // tiles that cut 16-query groups and key chunks
     check_against_float64(1, tq, tk, 32, o);
   }
+}
+
+TEST_CASE("attention fused: many groups per pass, rows far apart, chunks cut by causal starts") {
+  // Tiles of 300 queries and 300 keys: 19 groups of 16, so the forward runs two passes over
+  // its keys and the backward two over its queries; rows heads·d apart are packed into
+  // chunks (and dQ, written in place with one key block per head and 4 heads on 1 or 2
+  // threads, back); with causal
+  // offsets the groups of one pass start seeing keys (forward) or queries (backward) at
+  // different rows, inside chunks.
+  rg::manual_seed(14);
+  for (int64_t d : {16, 64})
+    for (bool causal : {false, true})
+      for (bool interleaved : {false, true}) {
+        CAPTURE(d);
+        CAPTURE(causal);
+        CAPTURE(interleaved);
+        rg::AttentionOptions o{.causal = causal, .block_q = 300, .block_k = 300,
+                               .q_offset = causal ? 250 : 0};
+        check_against_float64(4, 620, 300, d, o, 1.0, interleaved);
+      }
 }
 
 TEST_CASE("attention fused: masks (padding, per query, additive with -inf), with causal") {

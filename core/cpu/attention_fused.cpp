@@ -255,7 +255,24 @@ void add_mask(float (*s)[kLanes], int64_t nr, const float* mask, int64_t row_ste
 // An operand's row stride (AttentionRows): 0 means tightly packed, `width` apart.
 constexpr int64_t row_stride(int64_t ld, int64_t width) { return ld ? ld : width; }
 
+// Rows [0, n) of x (row stride ld, width W) packed tightly into buf, unless they already
+// are: the rows a pass reuses from the L1 cache. Rows 512 bytes apart (a head of 16 in a
+// (B, T, 8·16) projection) fall into 8 of the L1's 64 sets, so 128 of them cannot stay
+// there; packed, they take 128 consecutive lines.
+template <typename T>  // float or const float
+T* packed(float* buf, T* x, int64_t ld, int64_t n, int64_t width) {
+  if (ld == width) return x;
+  for (int64_t r = 0; r < n; ++r) std::memcpy(buf + r * width, x + r * ld, width * sizeof(float));
+  return buf;
+}
+
 // ---- forward: an item is a query block; lanes are its queries ----
+// A pass takes up to kGroups groups of 16 queries (block_q = 128: the whole item) and runs
+// over the keys chunk by chunk, each chunk of K and V read once (into the L1 cache) for
+// all of its groups, whose running (Q̂ᵀ, Oᵀ, m, l) wait in `state` meanwhile. Each group
+// sees the same chunks in the same order as alone: the same sums, bit for bit.
+constexpr int kGroups = 16;
+
 template <int D, int DV>
 void forward_item(const AttentionTileForward& a) {
   const AttentionTile& t = a.tile;
@@ -267,50 +284,75 @@ void forward_item(const AttentionTileForward& a) {
   const float* mask = static_cast<const float*>(t.mask.data);  // null: none
   const int64_t lq = row_stride(a.ld.q, D), lk = row_stride(a.ld.k, D);
   const int64_t lv = row_stride(a.ld.v, DV), lo = row_stride(a.ld.o, DV);
-  alignas(64) float qt[D][kLanes], ot[DV][kLanes], s[kChunk][kLanes];
-  for (int64_t g0 = 0; g0 < t.rows; g0 += kLanes) {
-    const int nq = int(std::min<int64_t>(kLanes, t.rows - g0));
-    // Key j (position col_pos + j) is visible to query g0 + i iff j ≤ i + diag.
-    const int64_t diag = t.row_pos + g0 - t.col_pos;
-    const int64_t keys = t.causal ? std::clamp<int64_t>(diag + nq, 0, t.cols) : t.cols;
-    transpose_in(qt, q + g0 * lq, lq, nq, float(t.scale) * math::kLog2e);  // scores in base 2
-    std::memset(ot, 0, sizeof ot);
-    Vec m = splat(-kInf), l{};
-    for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
-      const int64_t nk = std::min(kChunk, keys - j0);
-      lane_dots<D>(s, k + j0 * lk, lk, nk, qt);  // s[j] lane i = log2 e·scale·Q[i]·K[j]
-      if (mask)  // s[j] lane i += log2 e·mask[g0 + i, j0 + j]: rows are keys, lanes queries
-        add_mask(s, nk, mask + g0 * t.mask.strides[2] + j0 * t.mask.strides[3], t.mask.strides[3],
-                 t.mask.strides[2], nq);
-      if (t.causal) {
-        // key j0 + j hidden from query i when j0 + j > i + diag: per key, lanes i < j0 + j − diag
-        for (int64_t j = std::max<int64_t>(0, diag + 1 - j0); j < nk; ++j) {
-          static const IVec lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-          const IVec hidden = lane < int32_t(std::min<int64_t>(j0 + j - diag, kLanes));
-          store(s[j], hidden ? splat(-kInf) : load(s[j]));
-        }
-      }
-      // The online-softmax step, 16 rows at once (row_math.h attention_row_forward).
-      const Vec m_new = max_of(m, lane_max(s, nk));
-      const Vec m_use = m_new == -kInf ? Vec{} : m_new;  // a row that has seen only −∞
-      Vec sum{};
-      for (int64_t j = 0; j < nk; ++j) {
-        const Vec p = exp2_16(load(s[j]) - m_use);
-        store(s[j], p);
-        sum += p;
-      }
-      const Vec correction = exp2_16(m - m_use);  // 0 on the row's first keys (m = −∞)
-      l = l * correction + sum;
-      m = m_new;
-      lane_accumulate<DV>(ot, s, v + j0 * lv, lv, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
+  struct Group {
+    alignas(64) float qt[D][kLanes], ot[DV][kLanes];
+    Vec m, l;
+    int64_t g0, diag, keys;  // first query; key j visible to query g0 + i iff j ≤ i + diag
+    int nq;
+  };
+  thread_local std::vector<Group> groups(kGroups);  // per thread, once (too big for the stack)
+  alignas(64) float s[kChunk][kLanes], kbuf[kChunk * D], vbuf[kChunk * DV];
+  for (int64_t b0 = 0; b0 < t.rows; b0 += kGroups * kLanes) {
+    const int ng = int(std::min<int64_t>(kGroups, (t.rows - b0 + kLanes - 1) / kLanes));
+    int64_t keys = 0;  // the most any group of the pass sees
+    for (int gi = 0; gi < ng; ++gi) {
+      Group& g = groups[gi];
+      g.g0 = b0 + gi * kLanes;
+      g.nq = int(std::min<int64_t>(kLanes, t.rows - g.g0));
+      g.diag = t.row_pos + g.g0 - t.col_pos;
+      g.keys = t.causal ? std::clamp<int64_t>(g.diag + g.nq, 0, t.cols) : t.cols;
+      keys = std::max(keys, g.keys);
+      transpose_in(g.qt, q + g.g0 * lq, lq, g.nq, float(t.scale) * math::kLog2e);  // base 2
+      std::memset(g.ot, 0, sizeof g.ot);
+      g.m = splat(-kInf), g.l = Vec{};
     }
-    // O = Oᵀ / l (0 where the row saw no key: l = 0), lse = ln 2·(m + log2 l) (−∞ there)
-    const Vec inv = l > 0.0f ? 1.0f / l : Vec{};
-    for (int c = 0; c < DV; ++c) store(ot[c], load(ot[c]) * inv);
-    transpose_out(ot, o + g0 * lo, lo, nq, 1.0f);
-    alignas(64) float ml[2][kLanes];
-    store(ml[0], m), store(ml[1], l);
-    for (int i = 0; i < nq; ++i) lse[g0 + i] = kLn2 * (ml[0][i] + std::log2(ml[1][i]));
+    for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
+      const int64_t chunk = std::min(kChunk, keys - j0);
+      const float* kc = packed(kbuf, k + j0 * lk, lk, chunk, D);
+      const float* vc = packed(vbuf, v + j0 * lv, lv, chunk, DV);
+      const int64_t lkc = kc == kbuf ? D : lk, lvc = vc == vbuf ? DV : lv;
+      for (int gi = 0; gi < ng; ++gi) {
+        Group& g = groups[gi];
+        if (j0 >= g.keys) continue;  // causal: this chunk is past the group's last query
+        const int64_t nk = std::min(kChunk, g.keys - j0);
+        const int64_t diag = g.diag;
+        lane_dots<D>(s, kc, lkc, nk, g.qt);  // s[j] lane i = log2 e·scale·Q[i]·K[j]
+        if (mask)  // s[j] lane i += log2 e·mask[g0 + i, j0 + j]: rows are keys, lanes queries
+          add_mask(s, nk, mask + g.g0 * t.mask.strides[2] + j0 * t.mask.strides[3],
+                   t.mask.strides[3], t.mask.strides[2], g.nq);
+        if (t.causal) {
+          // key j0 + j hidden from query i when j0 + j > i + diag: per key, lanes i < j0 + j − diag
+          for (int64_t j = std::max<int64_t>(0, diag + 1 - j0); j < nk; ++j) {
+            static const IVec lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+            const IVec hidden = lane < int32_t(std::min<int64_t>(j0 + j - diag, kLanes));
+            store(s[j], hidden ? splat(-kInf) : load(s[j]));
+          }
+        }
+        // The online-softmax step, 16 rows at once (row_math.h attention_row_forward).
+        const Vec m_new = max_of(g.m, lane_max(s, nk));
+        const Vec m_use = m_new == -kInf ? Vec{} : m_new;  // a row that has seen only −∞
+        Vec sum{};
+        for (int64_t j = 0; j < nk; ++j) {
+          const Vec p = exp2_16(load(s[j]) - m_use);
+          store(s[j], p);
+          sum += p;
+        }
+        const Vec correction = exp2_16(g.m - m_use);  // 0 on the row's first keys (m = −∞)
+        g.l = g.l * correction + sum;
+        g.m = m_new;
+        lane_accumulate<DV>(g.ot, s, vc, lvc, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
+      }
+    }
+    for (int gi = 0; gi < ng; ++gi) {
+      Group& g = groups[gi];
+      // O = Oᵀ / l (0 where the row saw no key: l = 0), lse = ln 2·(m + log2 l) (−∞ there)
+      const Vec inv = g.l > 0.0f ? 1.0f / g.l : Vec{};
+      for (int c = 0; c < DV; ++c) store(g.ot[c], load(g.ot[c]) * inv);
+      transpose_out(g.ot, o + g.g0 * lo, lo, g.nq, 1.0f);
+      alignas(64) float ml[2][kLanes];
+      store(ml[0], g.m), store(ml[1], g.l);
+      for (int i = 0; i < g.nq; ++i) lse[g.g0 + i] = kLn2 * (ml[0][i] + std::log2(ml[1][i]));
+    }
   }
 }
 
@@ -332,6 +374,14 @@ void row_dots(float* d, const float* x, int64_t ldx, const float* y, int64_t ldy
 }
 
 // ---- backward: an item is a key block; lanes are its keys ----
+// As the forward: a pass takes up to kGroups groups of 16 keys (block_k = 256: the whole
+// item) and runs over the queries kRows at a time, each chunk of Q, dO and dQ read once
+// (into the L1 cache) for all of its groups, whose (K̂ᵀ, Vᵀ, dKᵀ, dVᵀ, K̂'s rows) wait in
+// `state` meanwhile. Each group sees the same query rows in the same order as alone, and
+// each dQ row gets the groups' parts in key order: the same sums, bit for bit.
+template <int D>
+constexpr int64_t kRows = D <= 32 ? 64 : 32;  // Q, dO, dQ of a chunk: 12–24 KB
+
 template <int D, int DV>
 void backward_item(const AttentionTileBackward& a) {
   const AttentionTile& t = a.tile;
@@ -357,63 +407,92 @@ void backward_item(const AttentionTileBackward& a) {
                  row_stride(a.ld.out, DV), t.rows);
     dsum = rows_d.data();
   }
-  alignas(64) float kt[D][kLanes], vt[DV][kLanes], dkt[D][kLanes], dvt[DV][kLanes];
-  alignas(64) float p[kChunk][kLanes], ds[kChunk][kLanes];
-  for (int64_t kg0 = 0; kg0 < t.cols; kg0 += kLanes) {
-    const int nk = int(std::min<int64_t>(kLanes, t.cols - kg0));
-    // Key lane j (position col_pos + kg0 + j) is visible to query i iff j ≤ i + diag.
-    const int64_t diag = t.row_pos - t.col_pos - kg0;
-    const int64_t first = t.causal ? std::clamp<int64_t>(-diag, 0, t.rows) : 0;
-    if (first == t.rows) {  // no query sees these keys: their dK, dV are 0
-      for (int i = 0; i < nk; ++i) {
-        std::memset(dk + (kg0 + i) * ldk, 0, D * sizeof(float));
-        std::memset(dv + (kg0 + i) * ldv, 0, DV * sizeof(float));
-      }
-      continue;
+  constexpr int kWidths = (D + kLanes - 1) / kLanes;  // dQ's features, 16 at a time
+  struct Group {
+    alignas(64) float kt[D][kLanes], vt[DV][kLanes], dkt[D][kLanes], dvt[DV][kLanes];
+    alignas(64) float krow[kWidths][kLanes][kLanes];  // K̂'s rows (lanes: features), 0 past nk
+    int64_t kg0, diag, first;  // key lane j visible to query i iff j ≤ i + diag; i < first: none
+    int nk;
+  };
+  thread_local std::vector<Group> groups(kGroups);  // per thread, once (too big for the stack)
+  constexpr int64_t R = kRows<D>;
+  alignas(64) float p[R][kLanes], ds[R][kLanes], qbuf[R * D], obuf[R * DV], dqbuf[R * D];
+  for (int64_t b0 = 0; b0 < t.cols; b0 += kGroups * kLanes) {
+    const int ng = int(std::min<int64_t>(kGroups, (t.cols - b0 + kLanes - 1) / kLanes));
+    int64_t first = t.rows;  // the first query any group of the pass sees
+    for (int gi = 0; gi < ng; ++gi) {
+      Group& g = groups[gi];
+      g.kg0 = b0 + gi * kLanes;
+      g.nk = int(std::min<int64_t>(kLanes, t.cols - g.kg0));
+      g.diag = t.row_pos - t.col_pos - g.kg0;
+      g.first = t.causal ? std::clamp<int64_t>(-g.diag, 0, t.rows) : 0;
+      first = std::min(first, g.first);
+      transpose_in(g.kt, k + g.kg0 * lk, lk, g.nk, scale * math::kLog2e);  // scores in base 2
+      transpose_in(g.vt, v + g.kg0 * lv, lv, g.nk, 1.0f);
+      for (int w = 0; w < kWidths; ++w)
+        for (int j = 0; j < kLanes; ++j) {
+          const int c0 = w * kLanes, width = std::min(kLanes, D - c0);
+          store(g.krow[w][j], j < g.nk ? scale * load_n(k + (g.kg0 + j) * lk + c0, width) : Vec{});
+        }
+      std::memset(g.dkt, 0, sizeof g.dkt);  // (a group no query sees writes these zeros)
+      std::memset(g.dvt, 0, sizeof g.dvt);
     }
-    transpose_in(kt, k + kg0 * lk, lk, nk, scale * math::kLog2e);  // scores in base 2
-    transpose_in(vt, v + kg0 * lv, lv, nk, 1.0f);
-    // K̂'s rows too, for dQ (lanes: features): zero past the group's keys.
-    std::memset(dkt, 0, sizeof dkt);
-    std::memset(dvt, 0, sizeof dvt);
-    for (int64_t i0 = first; i0 < t.rows; i0 += kChunk) {
-      const int64_t ni = std::min(kChunk, t.rows - i0);
-      // P = 2^(Q_i·K̂ᵀ·log2 e − lse·log2 e), hidden keys (and lanes past the group) 0
-      lane_dots<D>(p, q + i0 * lq, lq, ni, kt);
-      if (mask)  // p[i] lane j += log2 e·mask[i0 + i, kg0 + j]: rows are queries, lanes keys
-        add_mask(p, ni, mask + i0 * t.mask.strides[2] + kg0 * t.mask.strides[3], t.mask.strides[2],
-                 t.mask.strides[3], nk);
-      hide(p, ni, i0 + diag, nk, t.causal);
-      for (int64_t i = 0; i < ni; ++i) {
-        const float row_lse =  // saw no key: P = 0
-            lse[i0 + i] == -kInf ? kInf : lse[i0 + i] * math::kLog2e;
-        store(p[i], exp2_16(load(p[i]) - row_lse));
-      }
-      // dS = P·(dO_i·Vᵀ − D)   (the gradient of the scaled scores)
-      lane_dots<DV>(ds, dout + i0 * lo, lo, ni, vt);
-      for (int64_t i = 0; i < ni; ++i) store(ds[i], load(p[i]) * (load(ds[i]) - dsum[i0 + i]));
-      // dVᵀ += Pᵀ·dO_i;  dKᵀ += dSᵀ·Q_i (scaled below)
-      lane_accumulate<DV>(dvt, p, dout + i0 * lo, lo, ni);
-      lane_accumulate<D>(dkt, ds, q + i0 * lq, lq, ni);
-      // dQ_i += dS·K̂, 16 features at a time, K̂'s rows held in registers
-      for (int c0 = 0; c0 < D; c0 += kLanes) {
-        const int width = std::min(kLanes, D - c0);
-        Vec krow[kLanes];
-        for (int j = 0; j < kLanes; ++j)
-          krow[j] = j < nk ? scale * load_n(k + (kg0 + j) * lk + c0, width) : Vec{};
+    for (int64_t i0 = first; i0 < t.rows; i0 += R) {
+      const int64_t rows = std::min(R, t.rows - i0);
+      const float* qc = packed(qbuf, q + i0 * lq, lq, rows, D);
+      const float* oc = packed(obuf, dout + i0 * lo, lo, rows, DV);
+      float* dqc = packed(dqbuf, dq + i0 * ldq, ldq, rows, D);  // (written back below)
+      const int64_t lqc = qc == qbuf ? D : lq, loc = oc == obuf ? DV : lo;
+      const int64_t ldqc = dqc == dqbuf ? D : ldq;
+      for (int gi = 0; gi < ng; ++gi) {
+        Group& g = groups[gi];
+        const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
+        if (skip >= rows) continue;
+        const int64_t ni = rows - skip, r0 = i0 + skip;  // rows [r0, r0 + ni) of the column
+        const float* qi = qc + skip * lqc;
+        const float* oi = oc + skip * loc;
+        // P = 2^(Q_i·K̂ᵀ·log2 e − lse·log2 e), hidden keys (and lanes past the group) 0
+        lane_dots<D>(p, qi, lqc, ni, g.kt);
+        if (mask)  // p[i] lane j += log2 e·mask[r0 + i, kg0 + j]: rows are queries, lanes keys
+          add_mask(p, ni, mask + r0 * t.mask.strides[2] + g.kg0 * t.mask.strides[3],
+                   t.mask.strides[2], t.mask.strides[3], g.nk);
+        hide(p, ni, r0 + g.diag, g.nk, t.causal);
         for (int64_t i = 0; i < ni; ++i) {
-          float* dqi = dq + (i0 + i) * ldq + c0;
-          Vec acc0 = load_n(dqi, width), acc1{};
-          for (int j = 0; j < kLanes; j += 2) {
-            acc0 += ds[i][j] * krow[j];
-            acc1 += ds[i][j + 1] * krow[j + 1];
+          const float row_lse =  // saw no key: P = 0
+              lse[r0 + i] == -kInf ? kInf : lse[r0 + i] * math::kLog2e;
+          store(p[i], exp2_16(load(p[i]) - row_lse));
+        }
+        // dS = P·(dO_i·Vᵀ − D)   (the gradient of the scaled scores)
+        lane_dots<DV>(ds, oi, loc, ni, g.vt);
+        for (int64_t i = 0; i < ni; ++i) store(ds[i], load(p[i]) * (load(ds[i]) - dsum[r0 + i]));
+        // dVᵀ += Pᵀ·dO_i;  dKᵀ += dSᵀ·Q_i (scaled below)
+        lane_accumulate<DV>(g.dvt, p, oi, loc, ni);
+        lane_accumulate<D>(g.dkt, ds, qi, lqc, ni);
+        // dQ_i += dS·K̂, 16 features at a time, K̂'s rows held in registers
+        for (int w = 0; w < kWidths; ++w) {
+          const int c0 = w * kLanes, width = std::min(kLanes, D - c0);
+          Vec krow[kLanes];
+          for (int j = 0; j < kLanes; ++j) krow[j] = load(g.krow[w][j]);
+          for (int64_t i = 0; i < ni; ++i) {
+            float* dqi = dqc + (skip + i) * ldqc + c0;
+            Vec acc0 = load_n(dqi, width), acc1{};
+            for (int j = 0; j < kLanes; j += 2) {
+              acc0 += ds[i][j] * krow[j];
+              acc1 += ds[i][j + 1] * krow[j + 1];
+            }
+            store_n(dqi, acc0 + acc1, width);
           }
-          store_n(dqi, acc0 + acc1, width);
         }
       }
+      if (dqc == dqbuf)  // back where the rows lie
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(dq + (i0 + r) * ldq, dqbuf + r * D, D * sizeof(float));
     }
-    transpose_out(dkt, dk + kg0 * ldk, ldk, nk, scale);  // the whole column: written
-    transpose_out(dvt, dv + kg0 * ldv, ldv, nk, 1.0f);
+    for (int gi = 0; gi < ng; ++gi) {  // the whole column: written
+      const Group& g = groups[gi];
+      transpose_out(g.dkt, dk + g.kg0 * ldk, ldk, g.nk, scale);
+      transpose_out(g.dvt, dv + g.kg0 * ldv, ldv, g.nk, 1.0f);
+    }
   }
 }
 
