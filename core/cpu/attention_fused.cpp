@@ -62,7 +62,10 @@ namespace ringgrad::cpu {
 namespace {
 
 constexpr int kLanes = 16;       // positions per vector
-constexpr int64_t kChunk = 128;  // keys (forward) or queries (backward) per pass: 8 KB of scores
+// Keys per forward chunk: K and V of a chunk (16–64 KB) are read from the L1 cache by each
+// of the pass's groups.
+template <int D>
+constexpr int64_t kKeys = D <= 32 ? 128 : 64;
 #if defined(__AVX512F__)
 constexpr bool kWorthIt = true;  // a vector is one register
 #else
@@ -291,6 +294,7 @@ void forward_item(const AttentionTileForward& a) {
     int nq;
   };
   thread_local std::vector<Group> groups(kGroups);  // per thread, once (too big for the stack)
+  constexpr int64_t kChunk = kKeys<D>;
   alignas(64) float s[kChunk][kLanes], kbuf[kChunk * D], vbuf[kChunk * DV];
   for (int64_t b0 = 0; b0 < t.rows; b0 += kGroups * kLanes) {
     const int ng = int(std::min<int64_t>(kGroups, (t.rows - b0 + kLanes - 1) / kLanes));
