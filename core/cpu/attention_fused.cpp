@@ -258,8 +258,8 @@ void add_mask(float (*s)[kLanes], int64_t nr, const float* mask, int64_t row_ste
 // An operand's row stride (AttentionRows): 0 means tightly packed, `width` apart.
 constexpr int64_t row_stride(int64_t ld, int64_t width) { return ld ? ld : width; }
 
-// Rows [0, n) of x (row stride ld, width W) packed tightly into buf, unless they already
-// are: the rows a pass reuses from the L1 cache. Rows 512 bytes apart (a head of 16 in a
+// Rows [0, n) of x (row stride ld, `width` floats each) packed tightly into buf, unless
+// they already are: the rows a pass reuses from the L1 cache. Rows 512 bytes apart (a head of 16 in a
 // (B, T, 8·16) projection) fall into 8 of the L1's 64 sets, so 128 of them cannot stay
 // there; packed, they take 128 consecutive lines.
 template <typename T>  // float or const float
@@ -272,7 +272,7 @@ T* packed(float* buf, T* x, int64_t ld, int64_t n, int64_t width) {
 // ---- forward: an item is a query block; lanes are its queries ----
 // A pass takes up to kGroups groups of 16 queries (block_q = 128: the whole item) and runs
 // over the keys chunk by chunk, each chunk of K and V read once (into the L1 cache) for
-// all of its groups, whose running (Q̂ᵀ, Oᵀ, m, l) wait in `state` meanwhile. Each group
+// all of its groups, whose running (Q̂ᵀ, Oᵀ, m, l) wait in `groups` meanwhile. Each group
 // sees the same chunks in the same order as alone: the same sums, bit for bit.
 constexpr int kGroups = 16;
 
@@ -381,7 +381,7 @@ void row_dots(float* d, const float* x, int64_t ldx, const float* y, int64_t ldy
 // As the forward: a pass takes up to kGroups groups of 16 keys (block_k = 256: the whole
 // item) and runs over the queries kRows at a time, each chunk of Q, dO and dQ read once
 // (into the L1 cache) for all of its groups, whose (K̂ᵀ, Vᵀ, dKᵀ, dVᵀ, K̂'s rows) wait in
-// `state` meanwhile. Each group sees the same query rows in the same order as alone, and
+// `groups` meanwhile. Each group sees the same query rows in the same order as alone, and
 // each dQ row gets the groups' parts in key order: the same sums, bit for bit.
 template <int D>
 constexpr int64_t kRows = D <= 32 ? 64 : 32;  // Q, dO, dQ of a chunk: 12–24 KB
