@@ -124,9 +124,10 @@ Vec lane_max(const float (*s)[kLanes], int64_t n) {
 // polynomial (least squares on Chebyshev nodes), times 2^n: relative error ≤ 2.2e-7
 // measured over [−126, 128] on both paths below, about what math::exp_vec's degree-6
 // Taylor polynomial gives. Exactly 0 below −126 (where 2^x would be subnormal; so a
-// hidden score, −∞, gives 0), +∞ from 128 on; a NaN stays NaN. With AVX-512, round(x) and p·2^n are one instruction each (vrndscaleps,
-// vscalefps, which also gives 0 or ∞ where 2^n is out of range); elsewhere n is rounded
-// by the 1.5·2^23 trick and 2^n built from its bits.
+// hidden score, −∞, gives 0), +∞ from 128 on; a NaN stays NaN. With AVX-512, round(x)
+// and p·2^n are one instruction each (vrndscaleps, vscalefps, which also gives 0 or ∞
+// where 2^n is out of range); elsewhere n is rounded by the 1.5·2^23 trick and 2^n built
+// from its bits.
 constexpr float kExp2Min = -126.0f, kExp2Max = 128.0f;
 Vec exp2_poly5(Vec r) {  // 2^r for |r| ≤ ½
   return 1.00000012f +
@@ -235,8 +236,9 @@ void hide(float (*s)[kLanes], int64_t nr, int64_t diag, int lanes, bool causal) 
 }
 
 // The additive mask (AttentionTile::mask, float32), in base 2 as the scores are:
-// s[r] lane ℓ += log2 e·mask[r·row_step + ℓ·lane_step], r < nr, lanes < n. A padding mask broadcasts along one of the two (step 0), and a
-// contiguous one has lane_step 1: both are one vector per row; any other is gathered.
+// s[r] lane ℓ += log2 e·mask[r·row_step + ℓ·lane_step], r < nr, lanes < n. A padding mask
+// broadcasts along one of the two (step 0), and a contiguous one has lane_step 1: both are
+// one vector per row; any other is gathered.
 void add_mask(float (*s)[kLanes], int64_t nr, const float* mask, int64_t row_step,
               int64_t lane_step, int n) {
   for (int64_t r = 0; r < nr; ++r) {
@@ -259,9 +261,10 @@ void add_mask(float (*s)[kLanes], int64_t nr, const float* mask, int64_t row_ste
 constexpr int64_t row_stride(int64_t ld, int64_t width) { return ld ? ld : width; }
 
 // Rows [0, n) of x (row stride ld, `width` floats each) packed tightly into buf, unless
-// they already are: the rows a pass reuses from the L1 cache. Rows 512 bytes apart (a head of 16 in a
-// (B, T, 8·16) projection) fall into 8 of the L1's 64 sets, so 128 of them cannot stay
-// there; packed, they take 128 consecutive lines.
+// they already are; either way the rows returned lie `width` apart. These are the rows a
+// pass reuses from the L1 cache: rows 512 bytes apart (a head of 16 in a (B, T, 8·16)
+// projection) fall into 8 of the L1's 64 sets, so 128 of them cannot stay there; packed,
+// they take 128 consecutive lines.
 template <typename T>  // float or const float
 T* packed(float* buf, T* x, int64_t ld, int64_t n, int64_t width) {
   if (ld == width) return x;
@@ -312,15 +315,14 @@ void forward_item(const AttentionTileForward& a) {
     }
     for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
       const int64_t chunk = std::min(kChunk, keys - j0);
-      const float* kc = packed(kbuf, k + j0 * lk, lk, chunk, D);
-      const float* vc = packed(vbuf, v + j0 * lv, lv, chunk, DV);
-      const int64_t lkc = kc == kbuf ? D : lk, lvc = vc == vbuf ? DV : lv;
+      const float* kc = packed(kbuf, k + j0 * lk, lk, chunk, D);  // rows D apart
+      const float* vc = packed(vbuf, v + j0 * lv, lv, chunk, DV);  // rows DV apart
       for (int gi = 0; gi < ng; ++gi) {
         Group& g = groups[gi];
         if (j0 >= g.keys) continue;  // causal: this chunk is past the group's last query
         const int64_t nk = std::min(kChunk, g.keys - j0);
         const int64_t diag = g.diag;
-        lane_dots<D>(s, kc, lkc, nk, g.qt);  // s[j] lane i = log2 e·scale·Q[i]·K[j]
+        lane_dots<D>(s, kc, D, nk, g.qt);  // s[j] lane i = log2 e·scale·Q[i]·K[j]
         if (mask)  // s[j] lane i += log2 e·mask[g0 + i, j0 + j]: rows are keys, lanes queries
           add_mask(s, nk, mask + g.g0 * t.mask.strides[2] + j0 * t.mask.strides[3],
                    t.mask.strides[3], t.mask.strides[2], g.nq);
@@ -344,7 +346,7 @@ void forward_item(const AttentionTileForward& a) {
         const Vec correction = exp2_16(g.m - m_use);  // 0 on the row's first keys (m = −∞)
         g.l = g.l * correction + sum;
         g.m = m_new;
-        lane_accumulate<DV>(g.ot, s, vc, lvc, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
+        lane_accumulate<DV>(g.ot, s, vc, DV, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
       }
     }
     for (int gi = 0; gi < ng; ++gi) {
@@ -443,20 +445,18 @@ void backward_item(const AttentionTileBackward& a) {
     }
     for (int64_t i0 = first; i0 < t.rows; i0 += R) {
       const int64_t rows = std::min(R, t.rows - i0);
-      const float* qc = packed(qbuf, q + i0 * lq, lq, rows, D);
-      const float* oc = packed(obuf, dout + i0 * lo, lo, rows, DV);
-      float* dqc = packed(dqbuf, dq + i0 * ldq, ldq, rows, D);  // (written back below)
-      const int64_t lqc = qc == qbuf ? D : lq, loc = oc == obuf ? DV : lo;
-      const int64_t ldqc = dqc == dqbuf ? D : ldq;
+      const float* qc = packed(qbuf, q + i0 * lq, lq, rows, D);       // rows D apart
+      const float* oc = packed(obuf, dout + i0 * lo, lo, rows, DV);   // rows DV apart
+      float* dqc = packed(dqbuf, dq + i0 * ldq, ldq, rows, D);  // rows D apart; written back below
       for (int gi = 0; gi < ng; ++gi) {
         Group& g = groups[gi];
         const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
         if (skip >= rows) continue;
         const int64_t ni = rows - skip, r0 = i0 + skip;  // rows [r0, r0 + ni) of the column
-        const float* qi = qc + skip * lqc;
-        const float* oi = oc + skip * loc;
+        const float* qi = qc + skip * D;
+        const float* oi = oc + skip * DV;
         // P = 2^(Q_i·K̂ᵀ·log2 e − lse·log2 e), hidden keys (and lanes past the group) 0
-        lane_dots<D>(p, qi, lqc, ni, g.kt);
+        lane_dots<D>(p, qi, D, ni, g.kt);
         if (mask)  // p[i] lane j += log2 e·mask[r0 + i, kg0 + j]: rows are queries, lanes keys
           add_mask(p, ni, mask + r0 * t.mask.strides[2] + g.kg0 * t.mask.strides[3],
                    t.mask.strides[2], t.mask.strides[3], g.nk);
@@ -467,18 +467,18 @@ void backward_item(const AttentionTileBackward& a) {
           store(p[i], exp2_16(load(p[i]) - row_lse));
         }
         // dS = P·(dO_i·Vᵀ − D)   (the gradient of the scaled scores)
-        lane_dots<DV>(ds, oi, loc, ni, g.vt);
+        lane_dots<DV>(ds, oi, DV, ni, g.vt);
         for (int64_t i = 0; i < ni; ++i) store(ds[i], load(p[i]) * (load(ds[i]) - dsum[r0 + i]));
         // dVᵀ += Pᵀ·dO_i;  dKᵀ += dSᵀ·Q_i (scaled below)
-        lane_accumulate<DV>(g.dvt, p, oi, loc, ni);
-        lane_accumulate<D>(g.dkt, ds, qi, lqc, ni);
+        lane_accumulate<DV>(g.dvt, p, oi, DV, ni);
+        lane_accumulate<D>(g.dkt, ds, qi, D, ni);
         // dQ_i += dS·K̂, 16 features at a time, K̂'s rows held in registers
         for (int w = 0; w < kWidths; ++w) {
           const int c0 = w * kLanes, width = std::min(kLanes, D - c0);
           Vec krow[kLanes];
           for (int j = 0; j < kLanes; ++j) krow[j] = load(g.krow[w][j]);
           for (int64_t i = 0; i < ni; ++i) {
-            float* dqi = dqc + (skip + i) * ldqc + c0;
+            float* dqi = dqc + (skip + i) * D + c0;
             Vec acc0 = load_n(dqi, width), acc1{};
             for (int j = 0; j < kLanes; j += 2) {
               acc0 += ds[i][j] * krow[j];
