@@ -6,13 +6,12 @@
 // plain library gets it:
 //   oneDNN  dnnl_sgemm (OpenMP threads = the thread count), where the build has oneDNN;
 //   Eigen   C.noalias() = A * B (Eigen's threads = the thread count).
-// at 1 thread and at 2 threads. Rounds alternate between the contenders and the best
-// round of each counts, so a noisy neighbour hurts all alike. Each timing starts on an
-// idle machine: after its last call OpenMP's threads spin for ~8 ms (libgomp's default
-// wait policy) and Eigen's for a while too, and a contender timed in that wake ran its
-// second thread on a core still taken (ours measured 0.78–0.89 of oneDNN at 2 threads
-// so; ~1.0 after a pause). Prints GFLOP/s and
-// ratios, then
+// at 1 thread and at 2 threads. Rounds alternate between the contenders (in an order
+// that rotates) and the best round of each counts, so a noisy neighbour hurts all alike.
+// Each timing starts on an idle machine: after its last call OpenMP's threads spin for
+// ~8 ms (libgomp's default wait policy) and Eigen's for a while too, and a contender timed
+// in that wake ran its second thread on a core still taken (ours measured 0.78–0.89 of
+// oneDNN at 2 threads so; ~1.0 after a pause). Prints GFLOP/s and ratios, then
 //   RESULT bench=gemm engine=… min_ratio_onednn=… min_ratio_eigen=… speedup_2t_1024=…
 //
 //   build/bin/bench_gemm [--quick]
@@ -48,9 +47,13 @@ struct Shape3 {
 };
 
 // Seconds per call of f over `reps` calls, after a pause that lets the threads of the
-// contender timed before it stop spinning.
+// contender timed before it stop spinning, and then `reps / 4` untimed calls: on this
+// virtual machine a core that slept 30 ms runs slower for the next millisecond or so
+// (a 64×256×10 product: 7.2 µs in a loop; after a pause 20 µs for the first 10 calls,
+// 9.7 for calls 40–80), which the timing would otherwise count.
 double time_reps(const std::function<void()>& f, int reps) {
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  for (int i = 0; i < std::max(1, reps / 4); ++i) f();
   auto t0 = Clock::now();
   for (int i = 0; i < reps; ++i) f();
   return std::chrono::duration<double>(Clock::now() - t0).count() / reps;
@@ -106,14 +109,23 @@ Row measure(const Shape3& s, int threads, int rounds, double budget_s) {
 
   double once = std::max(time_reps(ours, 1), 1e-7);
   int reps = std::max(1, static_cast<int>(budget_s / rounds / 3 / once));
-  double best_ours = 1e30, best_onednn = 1e30, best_eigen = 1e30;
-  for (int r = 0; r < rounds; ++r) {
-    best_eigen = std::min(best_eigen, time_reps(eigen, reps));
-    if (kHaveOneDnn) best_onednn = std::min(best_onednn, time_reps(onednn, reps));
-    best_ours = std::min(best_ours, time_reps(ours, reps));
-  }
+  // Each round times every contender once, in an order that rotates from round to round,
+  // so none is always the one timed right after another's threads went to sleep.
+  struct Contender {
+    std::function<void()> f;
+    double best = 1e30;
+  };
+  std::vector<Contender> contenders = {{ours}, {eigen}};
+  if (kHaveOneDnn) contenders.push_back({onednn});
+  const size_t n = contenders.size();
+  for (int r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < n; ++i) {
+      Contender& c = contenders[(i + r) % n];
+      c.best = std::min(c.best, time_reps(c.f, reps));
+    }
   double gflop = 2.0 * s.m * s.n * s.k / 1e9;
-  return {gflop / best_ours, kHaveOneDnn ? gflop / best_onednn : 0.0, gflop / best_eigen};
+  return {gflop / contenders[0].best, kHaveOneDnn ? gflop / contenders[2].best : 0.0,
+          gflop / contenders[1].best};
 }
 
 std::string name_of(const Shape3& s) {
@@ -135,7 +147,7 @@ int main(int argc, char** argv) {
       {2048, 256, 1024},      {2048, 1024, 256},      {768, 2048, 256, true},
       {1024, 2048, 256, true}, {256, 2048, 1024, true}, {1024, 1024, 1024}};
   const size_t square = shapes.size() - 1;
-  const int rounds = quick ? 3 : 7;
+  const int rounds = quick ? 6 : 12;
   const double budget = quick ? 0.3 : 1.5;  // seconds per (shape, threads)
   std::printf("rg::matmul's float32 GEMM: %s\n", rg::cpu_gemm_engine().c_str());
 
