@@ -8,6 +8,7 @@
 #include "ringgrad/core/backend.h"
 #include "ringgrad/core/kernel_math.h"
 #include "ringgrad/core/op_utils.h"
+#include "ringgrad/core/reuse.h"
 
 namespace ringgrad {
 
@@ -31,6 +32,11 @@ Tensor over_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType 
 Tensor empty(const Shape& shape, TensorOptions options) {
   DType dtype = options.dtype.value_or(kFloat32);
   size_t nbytes = detail::checked_nbytes(shape, dtype, "empty");
+  if (options.device.is_cpu() && nbytes <= detail::kReuseMaxBytes) {  // core/reuse.cpp
+    Tensor t = detail::small_cpu_tensor(shape, dtype, nbytes);
+    if (options.requires_grad) t.requires_grad_();
+    return t;
+  }
   return over_storage(std::make_shared<Storage>(nbytes, options.device), shape, dtype,
                       options.requires_grad);
 }

@@ -11,6 +11,7 @@
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/cpu/cpu_backend.h"
 #include "ringgrad/core/cuda/pinned.h"
+#include "ringgrad/core/reuse.h"
 
 namespace ringgrad {
 namespace {
@@ -28,16 +29,27 @@ Counters& counters(Device d) {
 
 namespace {
 
-void count_allocation(Device device, size_t nbytes) {
+void count_live(Device device, size_t nbytes) {
   Counters& c = counters(device);
   int64_t live = c.live.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
   int64_t peak = c.peak.load();
   while (live > peak && !c.peak.compare_exchange_weak(peak, live)) {
   }
-  c.allocations.fetch_add(1);
+}
+
+void count_allocation(Device device, size_t nbytes) {
+  count_live(device, nbytes);
+  counters(device).allocations.fetch_add(1);
 }
 
 }  // namespace
+
+namespace detail {
+void count_storage_cached(Device device, size_t nbytes) {
+  counters(device).live.fetch_sub(static_cast<int64_t>(nbytes));
+}
+void count_storage_reused(Device device, size_t nbytes) { count_live(device, nbytes); }
+}  // namespace detail
 
 Storage::Storage(size_t nbytes, Device device, bool pin) : nbytes_(nbytes), device_(device) {
   if (pin && device.is_cpu()) data_ = cuda::allocate_pinned(nbytes);
@@ -87,6 +99,7 @@ MemoryStats memory_stats(Device device) {
 
 void empty_cache(Device device) {
   if (device.is_cpu()) {
+    detail::release_reused_tensors();  // this thread's dead small tensors, back to the allocator
     cpu::release_cached_memory();
     cuda::release_pinned_memory();
   } else {

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "test_helpers.h"
 
@@ -607,4 +608,106 @@ TEST_CASE("tensor: cpu blocks of 2 MiB and more are whole huge pages (RINGGRAD_H
     CHECK(t.sum().item() == double(n));
   }
   CHECK(offset(rg::empty({1000}), 64) == 0);
+}
+
+// ---- small CPU tensors kept for reuse (core/reuse.cpp) ----
+
+TEST_CASE("tensor: a dead small tensor's memory comes back for the next of its size") {
+  rg::Tensor a = rg::empty({64, 10});
+  const void* data = a.raw_data();
+  const int64_t live = rg::memory_stats().live_bytes;
+  a = rg::Tensor();
+  CHECK(rg::memory_stats().live_bytes == live - 64 * 10 * 4);  // waiting in the cache: not live
+  rg::Tensor b = rg::empty({10, 32}, {.dtype = rg::kFloat64});  // 2,560 bytes again, other shape
+  CHECK(b.raw_data() == data);
+  CHECK(rg::memory_stats().live_bytes == live);
+  CHECK_SHAPE(b, {10, 32});
+  CHECK(b.strides() == rg::Shape{32, 1});
+  CHECK(b.offset() == 0);
+  CHECK(b.dtype() == rg::kFloat64);
+  CHECK(b.is_contiguous());
+  b.fill_(1.5);
+  CHECK(b.sum().item() == 1.5 * 320);
+  rg::Tensor c = rg::empty({64, 10});  // the cache had one: this one is new
+  CHECK(c.raw_data() != data);
+}
+
+TEST_CASE("tensor: a small tensor is not reused while a view of it lives") {
+  rg::Tensor a = rg::full({4, 4}, 3.0);
+  rg::Tensor row = a.select(0, 2);
+  const void* data = a.raw_data();
+  a = rg::Tensor();
+  rg::Tensor b = rg::empty({4, 4});
+  CHECK(b.raw_data() != data);
+  b.fill_(-1.0);
+  check_close(row, {3, 3, 3, 3});
+  row = rg::Tensor();  // now the last handle of that storage goes
+  rg::Tensor c = rg::empty({16});
+  CHECK(c.raw_data() == data);
+}
+
+TEST_CASE("tensor: a reused tensor carries nothing of autograd from its last life") {
+  const void* data = nullptr;
+  int hook_calls = 0;
+  rg::Tensor y;
+  {
+    rg::Tensor x = rg::full({8}, 2.0, {.requires_grad = true});
+    data = x.raw_data();
+    x.register_post_accumulate_grad_hook([&](rg::Tensor&) { ++hook_calls; });
+    (x * 3.0).sum().backward();  // x.grad defined; an AccumulateGrad node was made for x
+    CHECK(x.grad().defined());
+    CHECK(hook_calls == 1);
+    y = x.sum();  // y's graph holds x's AccumulateGrad (a weak_ptr to x's state), not its data
+  }
+  rg::Tensor z = rg::empty({8});
+  CHECK(z.raw_data() == data);  // x's parts
+  CHECK(!z.requires_grad());
+  CHECK(z.is_leaf());
+  CHECK(!z.grad().defined());
+  y.backward();  // x is gone: its gradient goes nowhere, and certainly not into z
+  CHECK(!z.grad().defined());
+  CHECK(hook_calls == 1);
+  z.fill_(1.0);
+  z.requires_grad_();
+  (z * 4.0).sum().backward();
+  check_close(z.grad(), {4, 4, 4, 4, 4, 4, 4, 4});
+  CHECK(hook_calls == 1);  // x's hook went with x
+}
+
+TEST_CASE("tensor: a small tensor whose storage was swapped or released is not kept") {
+  std::vector<float> memory(16, 1.0f);
+  int released = 0;
+  rg::Tensor a = rg::empty({16});
+  const void* data = a.raw_data();
+  a.set_data(rg::from_blob(memory.data(), {16}, [&](void*) { ++released; }));
+  a = rg::Tensor();
+  CHECK(released == 1);  // the caller's memory went back to the caller, not into the cache
+  rg::Tensor b = rg::empty({16});
+  CHECK(b.raw_data() != memory.data());
+  (void)data;
+
+  rg::Tensor c = rg::empty({5});
+  const int64_t live = rg::memory_stats().live_bytes;
+  c.storage()->release_memory();
+  c = rg::Tensor();
+  CHECK(rg::memory_stats().live_bytes == live - 20);  // counted once, when released
+  rg::Tensor d = rg::empty({5});
+  d.fill_(7.0);
+  CHECK(d.sum().item() == 35.0);
+}
+
+TEST_CASE("tensor: small tensors dropped on a thread that ends, and by empty_cache, are freed") {
+  const int64_t live = rg::memory_stats().live_bytes;
+  std::thread worker([] {
+    for (int i = 0; i < 100; ++i) {
+      rg::Tensor t = rg::randn({3, int64_t(1 + i % 20)});
+      rg::Tensor u = t * 2.0;
+    }
+  });
+  worker.join();
+  CHECK(rg::memory_stats().live_bytes == live);  // ASan's leak check sees the rest
+  { rg::Tensor t = rg::empty({100}); }
+  rg::empty_cache();
+  rg::Tensor again = rg::empty({100});  // nothing cached now: from the allocator
+  CHECK(rg::memory_stats().live_bytes == live + 400);
 }
