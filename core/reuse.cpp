@@ -131,7 +131,8 @@ TensorImpl* take(size_t nbytes) {
   for (int i = cache.count; i-- > 0;) {
     if (cache.slots[i].nbytes != nbytes) continue;
     TensorImpl* impl = cache.slots[i].impl;
-    cache.slots[i] = cache.slots[--cache.count];
+    --cache.count;  // the rest keep their order, oldest first
+    std::memmove(cache.slots + i, cache.slots + i + 1, (cache.count - i) * sizeof(Cache::Slot));
     count_storage_reused(impl->storage->device(), nbytes);
     return impl;
   }

@@ -711,3 +711,21 @@ TEST_CASE("tensor: small tensors dropped on a thread that ends, and by empty_cac
   rg::Tensor again = rg::empty({100});  // nothing cached now: from the allocator
   CHECK(rg::memory_stats().live_bytes == live + 400);
 }
+
+TEST_CASE("tensor: the reuse cache, when full, frees the small tensor that waited longest") {
+  rg::empty_cache();  // start from an empty cache on this thread
+  const int64_t live = rg::memory_stats().live_bytes;
+  std::vector<const void*> data;
+  {
+    std::vector<rg::Tensor> dying;
+    for (int64_t i = 0; i < 17; ++i) dying.push_back(rg::empty({1000 + i}));  // 17 sizes
+    for (const rg::Tensor& t : dying) data.push_back(t.raw_data());
+  }  // they die first to last: the first is pushed out by the 17th
+  CHECK(rg::memory_stats().live_bytes == live);
+  std::vector<rg::Tensor> again;
+  for (int64_t i = 16; i >= 1; --i) {  // the 16 newest all come back
+    again.push_back(rg::empty({1000 + i}));
+    CHECK(again.back().raw_data() == data[i]);
+  }
+  CHECK(rg::memory_stats().live_bytes == live + (16 * 1000 + 136) * 4);
+}
