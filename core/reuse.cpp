@@ -52,12 +52,14 @@ thread_local Cache cache;          // trivially destructible: valid until the th
 thread_local Blocks blocks;        // likewise
 thread_local bool closed = false;  // this thread's cache was freed at its exit: keep nothing
 
+// A cached tensor freed after all (its slot already given up).
+void free_slot(const Cache::Slot& s) {
+  count_storage_reused(s.impl->storage->device(), s.nbytes);  // ~Storage counts it gone
+  delete s.impl;
+}
+
 void free_cached() {
-  while (cache.count > 0) {
-    Cache::Slot s = cache.slots[--cache.count];
-    count_storage_reused(s.impl->storage->device(), s.nbytes);  // ~Storage counts it gone
-    delete s.impl;
-  }
+  while (cache.count > 0) free_slot(cache.slots[--cache.count]);
   while (blocks.count > 0) ::operator delete(blocks.free[--blocks.count]);
 }
 
@@ -117,8 +119,7 @@ struct KeepOrFree {
       Cache::Slot oldest = cache.slots[0];
       std::memmove(cache.slots, cache.slots + 1, (kSlots - 1) * sizeof(Cache::Slot));
       --cache.count;
-      count_storage_reused(oldest.impl->storage->device(), oldest.nbytes);
-      delete oldest.impl;
+      free_slot(oldest);
     }
     free_at_exit.armed = true;  // registers its destructor, on this thread's first use
     count_storage_cached(own->device(), own->nbytes());
@@ -152,12 +153,7 @@ Tensor small_cpu_tensor(const Shape& shape, DType dtype, size_t nbytes) {
   // On bad_alloc the deleter runs.
   std::shared_ptr<TensorImpl> handle(impl, KeepOrFree{own}, BlockAllocator<TensorImpl>{});
   impl->shape = shape;  // into the capacity it already has, mostly
-  impl->strides.resize(shape.size());
-  int64_t stride = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    impl->strides[i] = stride;
-    stride *= shape[i];
-  }
+  contiguous_strides(shape, impl->strides);
   impl->offset = 0;
   impl->dtype = dtype;
   return Tensor(std::move(handle));

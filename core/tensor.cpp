@@ -20,13 +20,18 @@ int64_t numel_of(const Shape& shape) {
 }
 
 Shape contiguous_strides(const Shape& shape) {
-  Shape strides(shape.size());
+  Shape strides;
+  contiguous_strides(shape, strides);
+  return strides;
+}
+
+void contiguous_strides(const Shape& shape, Shape& strides) {
+  strides.resize(shape.size());
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
     s *= shape[i];
   }
-  return strides;
 }
 
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op) {

@@ -222,6 +222,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 // Shape helpers used by ops and by error messages.
 int64_t numel_of(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
+void contiguous_strides(const Shape& shape, Shape& strides);  // into strides, in its capacity
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op);  // -1 -> ndim-1; checks range
 std::string shape_str(const Shape& shape);                         // "[2, 3]"
 

@@ -678,13 +678,11 @@ TEST_CASE("tensor: a small tensor whose storage was swapped or released is not k
   std::vector<float> memory(16, 1.0f);
   int released = 0;
   rg::Tensor a = rg::empty({16});
-  const void* data = a.raw_data();
   a.set_data(rg::from_blob(memory.data(), {16}, [&](void*) { ++released; }));
   a = rg::Tensor();
   CHECK(released == 1);  // the caller's memory went back to the caller, not into the cache
   rg::Tensor b = rg::empty({16});
   CHECK(b.raw_data() != memory.data());
-  (void)data;
 
   rg::Tensor c = rg::empty({5});
   const int64_t live = rg::memory_stats().live_bytes;
