@@ -14,14 +14,41 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <memory>
+#include <type_traits>
 
 namespace ringgrad::cpu {
 
+// A borrowed callable void(int64_t): the chunk body parallel_chunks runs. It only points
+// at the caller's lambda (which outlives the call), so passing one allocates nothing —
+// a std::function holding a lambda with many captures would allocate on every call.
+class ChunkFn {
+ public:
+  template <typename F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, ChunkFn>)
+  ChunkFn(F&& f)  // NOLINT(google-explicit-constructor): a lambda converts, like std::function
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* obj, int64_t c) { (*static_cast<std::remove_reference_t<F>*>(obj))(c); }) {}
+
+  void operator()(int64_t c) const { call_(obj_, c); }
+
+  // Its two words, and a ChunkFn made back from them (the pool keeps them in atomics).
+  using Call = void (*)(void*, int64_t);
+  void* object() const { return obj_; }
+  Call call() const { return call_; }
+  ChunkFn(void* object, Call call) : obj_(object), call_(call) {}
+
+ private:
+
+  void* obj_;
+  Call call_;
+};
+
 // Run fn(c) for every c in [0, chunks) on up to `threads` threads (the caller
 // is one of them); returns when all are done. An exception from fn is rethrown
-// here (the first one). Called from inside a chunk, it runs serially.
-void parallel_chunks(int64_t chunks, int threads, const std::function<void(int64_t)>& fn);
+// here (the first one). Called from inside a chunk, or while another thread's
+// call holds the pool, it runs serially on the calling thread.
+void parallel_chunks(int64_t chunks, int threads, ChunkFn fn);
 
 // Whether the calling thread is running a chunk of parallel_chunks.
 bool in_parallel_region();
