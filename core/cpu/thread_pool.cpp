@@ -33,16 +33,6 @@ namespace {
 
 thread_local bool inside_chunk = false;
 
-// Tell the core this is a polling loop (x86: pause, which also keeps the loop from
-// flooding the memory system and lets a sibling hyperthread run).
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // Poll ready() until it is true (returns true) or `budget` has passed (returns false).
 template <typename F>
 bool spin_until(F&& ready, std::chrono::microseconds budget) {

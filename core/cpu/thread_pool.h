@@ -53,4 +53,14 @@ void parallel_chunks(int64_t chunks, int threads, ChunkFn fn);
 // Whether the calling thread is running a chunk of parallel_chunks.
 bool in_parallel_region();
 
+// One turn of a polling loop: tells the core we are waiting (x86 pause: the loop does not
+// flood the memory system, and a sibling hyperthread may run).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 }  // namespace ringgrad::cpu

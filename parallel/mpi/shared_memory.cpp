@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "ringgrad/core/cpu/thread_pool.h"  // cpu_relax
 #include "ringgrad/core/dispatch.h"
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/kernel_math.h"
@@ -44,15 +45,6 @@ std::string segment_name(const uint64_t stem[2], int rank) {
                 static_cast<unsigned long long>(stem[0]), static_cast<unsigned long long>(stem[1]),
                 rank);
   return name;
-}
-
-// A polite spin: tells the core we are waiting (and a sibling hyperthread may run).
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 // Peers' counters are mapped read-only; an atomic load only reads.
@@ -244,7 +236,7 @@ void SymmetricBuffer::barrier(const std::function<void()>& progress) {
     for (uint32_t spins = 0; peer.load(std::memory_order_acquire) < epoch_; ++spins) {
       if (progress && (spins >= 256 || spins % 32 == 31)) progress();
       if (spins < 256)
-        cpu_relax();
+        cpu::cpu_relax();
       else if (spins < 4096)
         std::this_thread::yield();
       else
