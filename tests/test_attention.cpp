@@ -186,6 +186,30 @@ TEST_CASE("attention: float32 matches float64") {
   CHECK(rg::allclose(got.to(rg::kFloat64), want, 1e-4, 1e-5));
 }
 
+TEST_CASE("attention: 1024-row tiles on the GEMM route match float64 (GEMMs that accumulate)") {
+  // Head dim 80 has no fused kernel: GEMMs and row passes. With 1024 × 1024 tiles the
+  // backward's dV += Pᵀ·dO and dK += dSᵀ·Q read a transposed A 1024 floats wide over an
+  // inner dim of 1024 and add into what the last tile left (beta = 1): the GEMM's
+  // computed-the-other-way-round route (core/cpu/gemm.cpp) with its accumulation.
+  rg::manual_seed(9);
+  rg::Tensor q = rand64({1, 1, 2048, 80}), k = rand64({1, 1, 2048, 80}), v = rand64({1, 1, 2048, 80});
+  rg::AttentionOptions o{.causal = true};
+  o.block_q = o.block_k = 1024;
+  std::vector<rg::Tensor> want, got;
+  for (rg::DType dt : {rg::kFloat64, rg::kFloat32}) {
+    auto leaf = [dt](const rg::Tensor& t) { return t.to(dt).detach().requires_grad_(true); };
+    rg::Tensor qd = leaf(q), kd = leaf(k), vd = leaf(v);
+    rg::Tensor out = rg::scaled_dot_product_attention(qd, kd, vd, o);
+    (out * out).sum().backward();
+    auto& into = dt == rg::kFloat64 ? want : got;
+    for (const rg::Tensor& t : {out, qd.grad(), kd.grad(), vd.grad()}) into.push_back(t.to(rg::kFloat64));
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(rg::allclose(got[i], want[i], 1e-3, 1e-4));
+  }
+}
+
 TEST_CASE("attention: errors name the shapes") {
   rg::Tensor q = rg::zeros({1, 2, 3, 4}), k = rg::zeros({1, 2, 5, 4}), v = rg::zeros({1, 2, 5, 6});
   CHECK_CONTAINS(error_of([&] { rg::scaled_dot_product_attention(q, k.narrow(3, 0, 3), v); }),

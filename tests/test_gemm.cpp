@@ -59,6 +59,31 @@ TEST_CASE("gemm: float32 matmul equals float64 on every layout and size, 1 and 2
   rg::set_num_threads(threads);
 }
 
+TEST_CASE("gemm: a transposed A whose rows alias in the cache, computed the other way round") {
+  // A read transposed with rows 1024, 1536 or 2048 floats apart and a long inner dim (a
+  // weight gradient dYᵀ·X): oneDNN then computes Cᵀ = Bᵀ·A, transposed into C
+  // (core/cpu/gemm.cpp). Against float64, with B in both layouts, B itself aliasing (the
+  // direct route), and split over two threads by rows and by columns.
+  rg::manual_seed(6);
+  const int threads = rg::get_num_threads();
+  struct Case {
+    int64_t m, k, n;
+    char lb;
+  };
+  for (Case c : {Case{1024, 1024, 64, 'N'}, Case{1536, 1024, 40, 'T'}, Case{2048, 1024, 17, 'N'},
+                 Case{1024, 1024, 1024, 'N'}, Case{160, 1024, 1024, 'N'}})
+    for (int t : {1, 2}) {
+      const std::string what = std::to_string(c.m) + "x" + std::to_string(c.k) + "x" +
+                               std::to_string(c.n) + " T" + c.lb + " threads " + std::to_string(t);
+      CAPTURE(what);
+      rg::set_num_threads(t);
+      rg::Tensor a = operand(c.m, c.k, 'T'), b = operand(c.k, c.n, c.lb);
+      rg::Tensor want = rg::matmul(a.to(rg::kFloat64), b.to(rg::kFloat64));
+      CHECK(rg::allclose(rg::matmul(a, b).to(rg::kFloat64), want, 1e-4, 1e-4));
+    }
+  rg::set_num_threads(threads);
+}
+
 TEST_CASE("gemm: the engine in use is named") {
   const std::string engine = rg::cpu_gemm_engine();
   CHECK((engine == "eigen" || engine.rfind("onednn-", 0) == 0));

@@ -13,6 +13,7 @@
 // 64×256×10 layer: about 2× Eigen's) and on par on big ones: bench/bench_gemm.cpp.
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 #include <type_traits>
@@ -56,8 +57,34 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, char& trans
   return false;
 }
 
+// Rows this many floats apart alias in the caches: a multiple of 2 KiB, 4 KiB or more.
+bool aliasing_stride(int64_t ld) { return ld >= 1024 && ld % 512 == 0; }
+
+// c (m × n, row stride ldc) = beta·c + dᵀ, d (n × m) tightly packed; in 16 × 16 tiles, so
+// that both sides are read and written a cache line at a time.
+void add_transposed(const float* d, int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  constexpr int64_t kTile = 16;
+  for (int64_t i0 = 0; i0 < m; i0 += kTile)
+    for (int64_t j0 = 0; j0 < n; j0 += kTile)
+      for (int64_t i = i0; i < std::min(m, i0 + kTile); ++i) {
+        float* ci = c + i * ldc;
+        for (int64_t j = j0; j < std::min(n, j0 + kTile); ++j)
+          ci[j] = (beta == 0.0f ? 0.0f : beta * ci[j]) + d[j * m + i];
+      }
+}
+
 // C block (m × n, row stride ldc) = alpha·A·B + beta·C through oneDNN, when the
 // operands' layouts allow it; false (nothing done) otherwise.
+//
+// One layout oneDNN 2.6 handles badly: A read transposed ('T') with its rows 4 KiB or more
+// apart in a multiple of 2 KiB — a weight gradient dYᵀ·X whose dY is 1024, 2048, 3072, …
+// wide, i.e. most of a Transformer's. Such rows fall into a few cache sets, and the product
+// runs at 105–150 GFLOP/s on one thread where it should run at 170+ (and PyTorch's MKL
+// does). The same product the other way round, Cᵀ = op(B)ᵀ·op(A)ᵀ, reads A as it lies,
+// row after row: computed into a scratch block and added into C transposed, it runs at
+// 162–185 (bench_gemm's (1024,2048,256) Aᵀ: 134–149 -> 170–178; (4096,1024,256) Aᵀ: 85 ->
+// 162). Only for a long inner dimension (k ≥ 1024): at k = 256 the transpose costs more
+// than the aliasing.
 bool onednn_block(const GemmArgs& g, const float* a, const float* b, float* c, int64_t m,
                   int64_t n, int64_t ldc) {
   char ta, tb;
@@ -65,8 +92,16 @@ bool onednn_block(const GemmArgs& g, const float* a, const float* b, float* c, i
   if (g.k == 0 || !blas_layout(m, g.k, g.a_row_stride, g.a_col_stride, ta, lda) ||
       !blas_layout(g.k, n, g.b_row_stride, g.b_col_stride, tb, ldb))
     return false;
-  onednn::sgemm(ta, tb, m, n, g.k, static_cast<float>(g.alpha), a, lda, b, ldb,
-                static_cast<float>(g.beta), c, ldc);
+  const auto alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+  if (ta == 'T' && aliasing_stride(lda) && !(tb == 'N' && aliasing_stride(ldb)) && g.k >= 1024) {
+    const size_t bytes = size_t(n * m) * sizeof(float);
+    auto* d = static_cast<float*>(backend().allocate(bytes));
+    onednn::sgemm(tb == 'N' ? 'T' : 'N', 'N', n, m, g.k, alpha, b, ldb, a, lda, 0.0f, d, m);
+    add_transposed(d, m, n, beta, c, ldc);
+    backend().deallocate(d, bytes);
+    return true;
+  }
+  onednn::sgemm(ta, tb, m, n, g.k, alpha, a, lda, b, ldb, beta, c, ldc);
   return true;
 }
 
