@@ -1,4 +1,4 @@
-// test_thread_pool.cpp — the CPU's worker pool (core/cpu/thread_pool.cpp): every chunk
+// test_thread_pool.cpp — the CPU's worker pool (core/thread_pool.cpp): every chunk
 // runs exactly once, on as many threads as asked, whatever the timing; errors come back
 // to the caller; a nested call or a second caller runs on its own thread.
 #include <atomic>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "ringgrad/core/cpu/thread_pool.h"
+#include "ringgrad/core/thread_pool.h"
 #include "test_helpers.h"
 
 using ringgrad::cpu::in_parallel_region;

@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "ringgrad/core/backend.h"
-#include "ringgrad/core/cpu/thread_pool.h"
+#include "ringgrad/core/thread_pool.h"
 #include "ringgrad/core/dispatch.h"
 #include "ringgrad/core/threads.h"
 

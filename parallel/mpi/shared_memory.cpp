@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "ringgrad/core/cpu/thread_pool.h"  // cpu_relax
+#include "ringgrad/core/thread_pool.h"  // cpu_relax
 #include "ringgrad/core/dispatch.h"
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/kernel_math.h"

@@ -18,7 +18,7 @@
 // Measured (2 vCPUs, the first chunk of a worker to start): ~580 ns with a job allocated
 // per call and reached through pointers, ~440 ns so; a 64×256×10 GEMM split over two
 // threads 3.5 → 2.9 µs.
-#include "ringgrad/core/cpu/thread_pool.h"
+#include "ringgrad/core/thread_pool.h"
 
 #include <atomic>
 #include <chrono>

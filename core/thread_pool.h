@@ -1,4 +1,6 @@
-// thread_pool.h — the CPU's worker threads (internal).
+// thread_pool.h — the CPU's worker threads (internal): what the CPU backend's kernels
+// (core/cpu/) split their work over, and cpu_relax for any polling loop (the MPI
+// communicator's shared-memory barrier polls with it too).
 //
 // Why not OpenMP: an OpenMP parallel region ends with a barrier that waits for
 // every thread of the team. When another process holds one of the cores, the
