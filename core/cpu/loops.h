@@ -18,12 +18,13 @@
 namespace ringgrad::cpu {
 
 // Below this much work (≈ element-operations) a loop runs on one thread. The pool's
-// workers spin for a while after each job (thread_pool.cpp), so during training the
-// next loop finds them awake and handing it a chunk costs a microsecond or two, about
-// what a vectorised loop does in 32k element-operations (PyTorch's grain, too). It was
-// 2^20, sized for a worker asleep; measured at 2^15, 2 threads (interleaved, best of 4):
-// transformer_reverse 39.3k -> 45.3k tokens/s and bench_transformer 19.9k -> 22.8k, and with
-// another process holding one core 26.3k -> 25.4k (a late worker costs its chunk, no more).
+// workers poll for a while after each job (core/thread_pool.cpp), so during training the
+// next loop finds them awake and a worker starts its chunk ~0.5 µs after the call, about
+// what a vectorised loop does in 10–30k element-operations (PyTorch's grain is 32k). It
+// was 2^20, sized for a worker asleep; measured at 2^15, 2 threads (interleaved, best of
+// 4): transformer_reverse 39.3k -> 45.3k tokens/s and bench_transformer 19.9k -> 22.8k, and
+// with another process holding one core 26.3k -> 25.4k (a late worker costs its chunk, no
+// more). 2^13 and 2^14, tried since the hand-off got cheaper, changed nothing measurable.
 inline constexpr int64_t kParallelGrain = int64_t(1) << 15;
 
 // f(begin, end) over [0, n), in parallel chunks when `work` (≈ elements touched) is
