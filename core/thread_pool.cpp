@@ -26,6 +26,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace ringgrad::cpu {
@@ -63,14 +64,23 @@ class Pool {
     for (std::thread& t : workers_) t.join();
   }
 
+  int sleepers() const { return sleepers_.load(); }
+  int workers() const { return worker_count_.load(); }
+
   // Run the job on the pool; false (nothing run) when another thread's job holds it.
   bool run(int64_t chunks, int threads, const ChunkFn& fn) {
     if (busy_.exchange(true, std::memory_order_acquire)) return false;
     if (static_cast<int>(workers_.size()) < threads - 1) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      while (static_cast<int>(workers_.size()) < threads - 1) {
-        const int index = static_cast<int>(workers_.size());
-        workers_.emplace_back([this, index] { worker_loop(index); });
+      try {
+        std::lock_guard<std::mutex> lock(mutex_);
+        while (static_cast<int>(workers_.size()) < threads - 1) {
+          const int index = static_cast<int>(workers_.size());
+          workers_.emplace_back([this, index] { worker_loop(index); });
+          worker_count_.store(static_cast<int>(workers_.size()));
+        }
+      } catch (...) {  // no thread could be started: the pool stays usable
+        busy_.store(false, std::memory_order_release);
+        throw;
       }
     }
     // Close the last job first (its generation, no chunk left to claim), so that a worker
@@ -101,7 +111,7 @@ class Pool {
     auto all_done = [&] { return done_.load(std::memory_order_acquire) >= chunks; };
     if (!spin_until(all_done, kWaitSpin))
       while (!all_done()) std::this_thread::yield();
-    std::exception_ptr error = error_;
+    std::exception_ptr error = std::exchange(error_, nullptr);
     busy_.store(false, std::memory_order_release);
     if (error) std::rethrow_exception(error);
     return true;
@@ -155,13 +165,16 @@ class Pool {
 
   void worker_loop(int index) {
     uint64_t seen = 0;  // the last generation this worker looked at
+    bool wanted = true;  // whether the last job took this worker (its index < workers)
     auto fresh = [&] { return (job_.ticket.load() >> kChunkBits) != seen || stopping_.load(); };
     for (;;) {
       // Training issues parallel work every few tens of microseconds: poll for the next
       // job a little, then check it between yields of the core (another process may run),
       // and only then sleep — a futex wake-up costs about as much as a small GEMM panel.
-      bool awake = spin_until(fresh, kPollSpin);
-      for (int i = 0; !awake && i < kYieldChecks; ++i) {
+      // A worker the last job did not take (a call with fewer threads) sleeps at once,
+      // leaving the cores to those that work.
+      bool awake = wanted && spin_until(fresh, kPollSpin);
+      for (int i = 0; wanted && !awake && i < kYieldChecks; ++i) {
         std::this_thread::yield();
         awake = fresh();
       }
@@ -175,7 +188,8 @@ class Pool {
       }
       if (stopping_.load()) return;
       seen = job_.ticket.load() >> kChunkBits;
-      if (index < job_.workers.load(std::memory_order_relaxed)) work(seen);
+      wanted = index < job_.workers.load(std::memory_order_relaxed);
+      if (wanted) work(seen);
     }
   }
 
@@ -188,7 +202,7 @@ class Pool {
   JobLine job_;
   alignas(64) std::atomic<int64_t> done_{0};  // chunks of the current job finished
   alignas(64) std::atomic<bool> busy_{false};  // a caller's job holds the pool
-  std::atomic<int> sleepers_{0};
+  std::atomic<int> sleepers_{0}, worker_count_{0};
   std::atomic<bool> stopping_{false};
   std::mutex error_mutex_;
   std::exception_ptr error_;
@@ -205,6 +219,9 @@ Pool& pool() {
 }  // namespace
 
 bool in_parallel_region() { return inside_chunk; }
+
+int pool_workers() { return pool().workers(); }
+int sleeping_workers() { return pool().sleepers(); }
 
 void parallel_chunks(int64_t chunks, int threads, ChunkFn fn) {
   if (chunks <= 0) return;

@@ -22,12 +22,14 @@
 namespace ringgrad::cpu {
 
 // A borrowed callable void(int64_t): the chunk body parallel_chunks runs. It only points
-// at the caller's lambda (which outlives the call), so passing one allocates nothing —
-// a std::function holding a lambda with many captures would allocate on every call.
+// at the caller's lambda, so passing one allocates nothing — a std::function holding a
+// lambda with many captures would allocate on every call. Like std::function_ref, it must
+// not outlive the callable it was made from: make one only as parallel_chunks' argument.
 class ChunkFn {
  public:
   template <typename F>
-    requires(!std::is_same_v<std::remove_cvref_t<F>, ChunkFn>)
+    requires(!std::is_same_v<std::remove_cvref_t<F>, ChunkFn> &&
+             std::is_invocable_v<std::remove_reference_t<F>&, int64_t>)
   ChunkFn(F&& f)  // NOLINT(google-explicit-constructor): a lambda converts, like std::function
       : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
         call_([](void* obj, int64_t c) { (*static_cast<std::remove_reference_t<F>*>(obj))(c); }) {}
@@ -52,8 +54,13 @@ class ChunkFn {
 // call holds the pool, it runs serially on the calling thread.
 void parallel_chunks(int64_t chunks, int threads, ChunkFn fn);
 
-// Whether the calling thread is running a chunk of parallel_chunks.
+// Whether the calling thread is running a chunk of parallel_chunks (on the pool).
 bool in_parallel_region();
+
+// How many worker threads the pool has started, and how many of them are asleep now,
+// waiting for a job (for tests).
+int pool_workers();
+int sleeping_workers();
 
 // One turn of a polling loop: tells the core we are waiting (x86 pause: the loop does not
 // flood the memory system, and a sibling hyperthread may run).

@@ -63,15 +63,19 @@ TEST_CASE("gemm: a transposed A whose rows alias in the cache, computed the othe
   // A read transposed with rows 1024, 1536 or 2048 floats apart and a long inner dim (a
   // weight gradient dYᵀ·X): oneDNN then computes Cᵀ = Bᵀ·A, transposed into C
   // (core/cpu/gemm.cpp). Against float64, with B in both layouts, B itself aliasing (the
-  // direct route), and split over two threads by rows and by columns.
+  // direct route), and split over two threads by rows and by columns. (With RINGGRAD_GEMM=
+  // eigen, ctest's gemm_eigen, the same products go to Eigen and must agree just as well.)
   rg::manual_seed(6);
   const int threads = rg::get_num_threads();
   struct Case {
     int64_t m, k, n;
     char lb;
   };
+  // (1024, 1024, 1040) splits over two threads by columns: each panel's B and C are a
+  // part of the whole width.
   for (Case c : {Case{1024, 1024, 64, 'N'}, Case{1536, 1024, 40, 'T'}, Case{2048, 1024, 17, 'N'},
-                 Case{1024, 1024, 1024, 'N'}, Case{160, 1024, 1024, 'N'}})
+                 Case{1024, 1024, 1040, 'N'}, Case{1024, 1024, 1024, 'N'},
+                 Case{160, 1024, 1024, 'N'}})
     for (int t : {1, 2}) {
       const std::string what = std::to_string(c.m) + "x" + std::to_string(c.k) + "x" +
                                std::to_string(c.n) + " T" + c.lb + " threads " + std::to_string(t);

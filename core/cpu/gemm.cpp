@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <string_view>
 #include <type_traits>
 
@@ -60,16 +61,17 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, char& trans
 // Rows this many floats apart alias in the caches: a multiple of 2 KiB, 4 KiB or more.
 bool aliasing_stride(int64_t ld) { return ld >= 1024 && ld % 512 == 0; }
 
-// c (m × n, row stride ldc) = beta·c + dᵀ, d (n × m) tightly packed; in 16 × 16 tiles, so
-// that both sides are read and written a cache line at a time.
-void add_transposed(const float* d, int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+// c (m × n, row stride ldc) = beta·c + dᵀ, d (n × m, row stride ldd); in 16 × 16 tiles,
+// so that both sides are read and written a cache line at a time.
+void add_transposed(const float* d, int64_t ldd, int64_t m, int64_t n, float beta, float* c,
+                    int64_t ldc) {
   constexpr int64_t kTile = 16;
   for (int64_t i0 = 0; i0 < m; i0 += kTile)
     for (int64_t j0 = 0; j0 < n; j0 += kTile)
       for (int64_t i = i0; i < std::min(m, i0 + kTile); ++i) {
         float* ci = c + i * ldc;
         for (int64_t j = j0; j < std::min(n, j0 + kTile); ++j)
-          ci[j] = (beta == 0.0f ? 0.0f : beta * ci[j]) + d[j * m + i];
+          ci[j] = (beta == 0.0f ? 0.0f : beta * ci[j]) + d[j * ldd + i];
       }
 }
 
@@ -94,11 +96,16 @@ bool onednn_block(const GemmArgs& g, const float* a, const float* b, float* c, i
     return false;
   const auto alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
   if (ta == 'T' && aliasing_stride(lda) && !(tb == 'N' && aliasing_stride(ldb)) && g.k >= 1024) {
-    const size_t bytes = size_t(n * m) * sizeof(float);
-    auto* d = static_cast<float*>(backend().allocate(bytes));
-    onednn::sgemm(tb == 'N' ? 'T' : 'N', 'N', n, m, g.k, alpha, b, ldb, a, lda, 0.0f, d, m);
-    add_transposed(d, m, n, beta, c, ldc);
-    backend().deallocate(d, bytes);
+    // The scratch's rows m + 16 floats apart, so that reading it down a column does not
+    // alias in turn.
+    const int64_t ldd = m + 16;
+    const size_t bytes = size_t(n * ldd) * sizeof(float);
+    const auto free_scratch = [bytes](float* p) { backend().deallocate(p, bytes); };
+    std::unique_ptr<float, decltype(free_scratch)> d(
+        static_cast<float*>(backend().allocate(bytes)), free_scratch);
+    onednn::sgemm(tb == 'N' ? 'T' : 'N', 'N', n, m, g.k, alpha, b, ldb, a, lda, 0.0f, d.get(),
+                  ldd);
+    add_transposed(d.get(), ldd, m, n, beta, c, ldc);
     return true;
   }
   onednn::sgemm(ta, tb, m, n, g.k, alpha, a, lda, b, ldb, beta, c, ldc);
