@@ -95,8 +95,7 @@ class Pool {
     job_.fn_call.store(fn.call(), std::memory_order_relaxed);
     job_.chunks.store(chunks, std::memory_order_relaxed);
     job_.workers.store(threads - 1, std::memory_order_relaxed);
-    done_.store(0, std::memory_order_relaxed);
-    error_ = nullptr;
+    done_.store(0, std::memory_order_relaxed);  // (error_ is null: the last job took it)
     // Publish (seq_cst: see worker_loop for why a sleeping worker cannot miss it), with
     // chunk 0 already the caller's: no compare-exchange of the caller's contends with the
     // workers' first.

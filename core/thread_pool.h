@@ -43,7 +43,6 @@ class ChunkFn {
   ChunkFn(void* object, Call call) : obj_(object), call_(call) {}
 
  private:
-
   void* obj_;
   Call call_;
 };

@@ -26,12 +26,16 @@ std::vector<int> run_counts(int64_t chunks, int threads, int calls) {
   return std::vector<int>(ran.begin(), ran.end());
 }
 
-// Spin until flag is set or `seconds` have passed; whether it was set.
-bool wait_for(const std::atomic<bool>& flag, double seconds) {
+// Poll ready() until it is true or `seconds` have passed; whether it became true.
+template <typename F>
+bool wait_until(F&& ready, double seconds) {
   auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!flag.load())
+  while (!ready())
     if (std::chrono::steady_clock::now() > until) return false;
   return true;
+}
+bool wait_for(const std::atomic<bool>& flag, double seconds) {
+  return wait_until([&] { return flag.load(); }, seconds);
 }
 
 }  // namespace
@@ -66,10 +70,7 @@ TEST_CASE("thread pool: a sleeping worker is woken for the next job") {
   parallel_chunks(2, 2, [](int64_t) {});
   const int workers = ringgrad::cpu::pool_workers();
   REQUIRE(workers >= 1);
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (ringgrad::cpu::sleeping_workers() < workers && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(ringgrad::cpu::sleeping_workers() == workers);
+  REQUIRE(wait_until([&] { return ringgrad::cpu::sleeping_workers() == workers; }, 10.0));
   // The caller runs chunk 0 and waits there for chunk 1 to start: only a woken worker
   // can start it (the caller would take it only after chunk 0).
   std::atomic<bool> started{false}, seen{false};

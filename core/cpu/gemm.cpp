@@ -81,7 +81,7 @@ void add_transposed(const float* d, int64_t ldd, int64_t m, int64_t n, float bet
 // One layout oneDNN 2.6 handles badly: A read transposed ('T') with its rows 4 KiB or more
 // apart in a multiple of 2 KiB — a weight gradient dYᵀ·X whose dY is 1024, 2048, 3072, …
 // wide, i.e. most of a Transformer's. Such rows fall into a few cache sets, and the product
-// runs at 105–150 GFLOP/s on one thread where it should run at 170+ (and PyTorch's MKL
+// runs at 85–150 GFLOP/s on one thread where it should run at 170+ (and PyTorch's MKL
 // does). The same product the other way round, Cᵀ = op(B)ᵀ·op(A)ᵀ, reads A as it lies,
 // row after row: computed into a scratch block and added into C transposed, it runs at
 // 162–185 (bench_gemm's (1024,2048,256) Aᵀ: 134–149 -> 170–178; (4096,1024,256) Aᵀ: 85 ->
