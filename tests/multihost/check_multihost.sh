@@ -188,8 +188,11 @@ echo "    shared memory within each host and MPI/TCP between them. shm off: MPI 
 echo "== partition: h1 cut off mid-training, RINGGRAD_COMM_TIMEOUT_S=3"
 export RINGGRAD_COMM_TIMEOUT_S=3
 # (In a subshell, so that mpirun's own crash on SIGTERM is reported in the log, not here.)
+# 20 epochs (a minute or more when nothing is cut): the job must still be training when h1
+# is cut off — one epoch, as above, can end within the second before the cut on a fast
+# machine (seen: 235 steps in under a second, and then "exited 0").
 ( timeout -k 5 120 "$hosts_sh" exec "$state" h0 "$rgrun" -n 4 --hostfile "$state/hostfile" "${agent[@]}" \
-  "$program" "${run[@]}" ) > "$work/partition.log" 2>&1 &
+  "$program" --epochs 20 --device cpu ) > "$work/partition.log" 2>&1 &
 bg=$!
 for _ in $(seq 600); do grep -q "^world 4" "$work/partition.log" && break; sleep 0.1; done
 grep -q "^world 4" "$work/partition.log" || { cat "$work/partition.log"; fail "partition run did not start"; }

@@ -98,13 +98,24 @@ up() {
       < /dev/null > /dev/null 2>&1 &
     echo $! > "$state/h$i.pid"
   done
-  # Wait until each has exec'd into its namespaces.
+  # Wait until each has exec'd into its namespaces: `sleep` under our tag, in a network
+  # namespace that is not this one. Until then nsenter -t PID would enter this machine's
+  # own namespace (seen on a loaded CI machine: br0 made here, "br0 does not exist" in
+  # the switch), so a holder not there within 30 s is an error, not a guess.
+  local own_net ready
+  own_net=$(readlink /proc/$$/ns/net)
   for f in "$state"/*.pid; do
     pid=$(cat "$f")
-    for _ in $(seq 100); do
-      tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "$tag" && break
+    ready=0
+    for _ in $(seq 1500); do
+      if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "$tag" &&
+         [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" != "$own_net" ]; then
+        ready=1
+        break
+      fi
       sleep 0.02
     done
+    [ "$ready" = 1 ] || { echo "netns_hosts: holder $f (pid $pid) not in its namespaces after 30 s" >&2; return 1; }
   done
   local sw
   sw=$(cat "$state/switch.pid")
