@@ -9,7 +9,9 @@
 // counts half of that. The reference rate, gemm_gflops, is rg::matmul of two float32
 // 1024×1024 matrices on the same thread count, measured in this same run (best of the
 // rounds before and after the attention cases). efficiency = gflops / gemm_gflops.
-// Every rate is the best of a few rounds (the machine is shared).
+// Every rate is the best of a few rounds (the machine is shared). --heads H sets H: at
+// T = 512 the default 64 heads (32 MiB of operands) are read from memory, two stay in
+// the cache — the kernel alone (docs/performance.md, section 8).
 //
 // Then, in the same sitting, the same shapes through PyTorch: torch_attention.py
 // (torch.nn.functional.scaled_dot_product_attention on CPU, forward + backward through
@@ -17,7 +19,7 @@
 // exists; ratio = our gflops / torch's.
 //
 //   build/bin/bench_attention [--quick] [--threads 1|2] [--T 4096] [--d 64] [--causal 0|1]
-//                             [--no-torch]
+//                             [--heads H] [--no-torch]
 // Prints per case and thread count:
 //   RESULT bench=attention T=… d=… causal=… threads=… heads=… gflops=… gemm_gflops=…
 //          efficiency=… torch_gflops=… ratio=…
@@ -41,7 +43,10 @@ using Clock = std::chrono::steady_clock;
 struct Case {
   int64_t t, d;
   bool causal;
-  int64_t heads() const { return std::clamp<int64_t>((int64_t(1) << 27) / (t * t), 1, 64); }
+  int64_t fixed_heads = 0;  // --heads: this many instead of the default
+  int64_t heads() const {
+    return fixed_heads ? fixed_heads : std::clamp<int64_t>((int64_t(1) << 27) / (t * t), 1, 64);
+  }
   double flops() const { return 14.0 * double(t) * double(t) * double(d) * heads() * (causal ? 0.5 : 1); }
 };
 
@@ -171,7 +176,11 @@ int main(int argc, char** argv) {
   app.add_option("--d", ds, "head dims (default 64 128; quick: 64)");
   app.add_option("--causal", causals, "0, 1 or both");
   app.add_flag("--no-torch", no_torch, "skip the PyTorch comparison");
-  int64_t block_q = 0, block_k = 0;
+  int64_t block_q = 0, block_k = 0, heads = 0;
+  app.add_option("--heads", heads,
+                 "heads H (default 2^27/T^2 within [1, 64]); few heads at small T stay in the "
+                 "cache: against the default, what reading each head from memory costs")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   app.add_option("--block-q", block_q, "tile rows (0: AttentionOptions' default)");
   app.add_option("--block-k", block_k, "tile columns (0: AttentionOptions' default)");
   CLI11_PARSE(app, argc, argv);
@@ -184,7 +193,7 @@ int main(int argc, char** argv) {
   std::vector<Case> cases;
   for (int64_t d : ds)
     for (int64_t t : ts)
-      for (int c : causals) cases.push_back({t, d, c != 0});
+      for (int c : causals) cases.push_back({t, d, c != 0, heads});
   std::printf("# bench_attention: fwd+bwd = attention_forward + attention_backward, float32, "
               "q/k/v (1, H, T, d), H = clamp(2^27/T^2, 1, 64); flops 14*T^2*d*H (causal: half)\n"
               "# gemm_gflops = rg::matmul float32 1024x1024x1024, same threads, this run "

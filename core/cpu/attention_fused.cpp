@@ -49,6 +49,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <utility>
 #include <vector>
 #if defined(__AVX512F__)
 #include <immintrin.h>  // exp2_16's AVX-512 instructions
@@ -272,6 +273,22 @@ T* packed(float* buf, T* x, int64_t ld, int64_t n, int64_t width) {
   return buf;
 }
 
+// Rows [r0, r1) of x (rows ld apart, W floats each) asked for ahead of their use, into the
+// L2 cache (prefetcht1). Each pass below streams its operands chunk by chunk; the first
+// group to read a chunk would wait on memory for every line of it (at 64 heads of T = 512
+// nothing but the current head stays in cache), so the chunk after it is asked for while
+// this one is computed, a slice per group, spread over the groups that take the chunk so
+// that the requests do not queue up at once. `write`: the rows will be written.
+template <int W, bool write = false>
+void prefetch_rows(const float* x, int64_t ld, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int c = 0; c < W; c += kLanes) __builtin_prefetch(x + r * ld + c, write, 2);
+}
+// The slice of n rows that the i-th of `of` groups asks for.
+inline std::pair<int64_t, int64_t> slice_of(int64_t n, int i, int of) {
+  return {n * i / of, n * (i + 1) / of};
+}
+
 // ---- forward: an item is a query block; lanes are its queries ----
 // A pass takes up to kGroups groups of 16 queries (block_q = 128: the whole item) and runs
 // over the keys chunk by chunk, each chunk of K and V read once (into the L1 cache) for
@@ -317,9 +334,15 @@ void forward_item(const AttentionTileForward& a) {
       const int64_t chunk = std::min(kChunk, keys - j0);
       const float* kc = packed(kbuf, k + j0 * lk, lk, chunk, D);  // rows D apart
       const float* vc = packed(vbuf, v + j0 * lv, lv, chunk, DV);  // rows DV apart
-      for (int gi = 0; gi < ng; ++gi) {
+      // The groups that take this chunk: those after the ones whose keys end before it.
+      int taking = 0;
+      while (groups[taking].keys <= j0) ++taking;
+      const int64_t next = std::clamp<int64_t>(keys - j0 - kChunk, 0, kChunk);  // the next chunk
+      for (int gi = taking; gi < ng; ++gi) {
         Group& g = groups[gi];
-        if (j0 >= g.keys) continue;  // causal: this chunk is past the group's last query
+        const auto [p0, p1] = slice_of(next, gi - taking, ng - taking);
+        prefetch_rows<D>(k, lk, j0 + kChunk + p0, j0 + kChunk + p1);
+        prefetch_rows<DV>(v, lv, j0 + kChunk + p0, j0 + kChunk + p1);
         const int64_t nk = std::min(kChunk, g.keys - j0);
         const int64_t diag = g.diag;
         lane_dots<D>(s, kc, D, nk, g.qt);  // s[j] lane i = log2 e·scale·Q[i]·K[j]
@@ -448,10 +471,17 @@ void backward_item(const AttentionTileBackward& a) {
       const float* qc = packed(qbuf, q + i0 * lq, lq, rows, D);       // rows D apart
       const float* oc = packed(obuf, dout + i0 * lo, lo, rows, DV);   // rows DV apart
       float* dqc = packed(dqbuf, dq + i0 * ldq, ldq, rows, D);  // rows D apart; written back below
-      for (int gi = 0; gi < ng; ++gi) {
+      // The groups that take this chunk: those before the ones whose first query is past it.
+      int taking = 0;
+      while (taking < ng && groups[taking].first < i0 + rows) ++taking;
+      const int64_t next = std::clamp<int64_t>(t.rows - i0 - R, 0, R);  // the next chunk's rows
+      for (int gi = 0; gi < taking; ++gi) {
         Group& g = groups[gi];
-        const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
-        if (skip >= rows) continue;
+        const auto [p0, p1] = slice_of(next, gi, taking);
+        prefetch_rows<D>(q, lq, i0 + R + p0, i0 + R + p1);
+        prefetch_rows<DV>(dout, lo, i0 + R + p0, i0 + R + p1);
+        prefetch_rows<D, true>(dq, ldq, i0 + R + p0, i0 + R + p1);
+        const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first (< rows)
         const int64_t ni = rows - skip, r0 = i0 + skip;  // rows [r0, r0 + ni) of the column
         const float* qi = qc + skip * D;
         const float* oi = oc + skip * DV;
