@@ -178,9 +178,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-torch", no_torch, "skip the PyTorch comparison");
   int64_t block_q = 0, block_k = 0, heads = 0;
   app.add_option("--heads", heads,
-                 "heads H (default 2^27/T^2 within [1, 64]); few heads at small T stay in the "
-                 "cache: against the default, what reading each head from memory costs")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+                 "heads H for every T (default 2^27/T^2 within [1, 64]); use with --T: few heads "
+                 "at a small T stay in the cache, so against the default it shows what reading "
+                 "each head from memory costs")
+      ->check(CLI::Range(int64_t(1), int64_t(1024)));
   app.add_option("--block-q", block_q, "tile rows (0: AttentionOptions' default)");
   app.add_option("--block-k", block_k, "tile columns (0: AttentionOptions' default)");
   CLI11_PARSE(app, argc, argv);
@@ -194,10 +195,12 @@ int main(int argc, char** argv) {
   for (int64_t d : ds)
     for (int64_t t : ts)
       for (int c : causals) cases.push_back({t, d, c != 0, heads});
+  const std::string h_rule = heads ? std::to_string(heads) + " (--heads)" : "clamp(2^27/T^2, 1, 64)";
   std::printf("# bench_attention: fwd+bwd = attention_forward + attention_backward, float32, "
-              "q/k/v (1, H, T, d), H = clamp(2^27/T^2, 1, 64); flops 14*T^2*d*H (causal: half)\n"
+              "q/k/v (1, H, T, d), H = %s; flops 14*T^2*d*H (causal: half)\n"
               "# gemm_gflops = rg::matmul float32 1024x1024x1024, same threads, this run "
-              "(best of before and after the cases)\n");
+              "(best of before and after the cases)\n",
+              h_rule.c_str());
   for (int threads : threads_list) {
     rg::set_num_threads(threads);
     double gemm = gemm_gflops(rounds + 2);

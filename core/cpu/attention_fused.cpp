@@ -273,19 +273,20 @@ T* packed(float* buf, T* x, int64_t ld, int64_t n, int64_t width) {
   return buf;
 }
 
-// Rows [r0, r1) of x (rows ld apart, W floats each) asked for ahead of their use, into the
-// L2 cache (prefetcht1). Each pass below streams its operands chunk by chunk; the first
+// Rows [r0, r1) of x (rows ld apart, W floats each) asked for ahead of their use: into the
+// L2 cache (prefetcht1), or, for rows that will be written (`write`), owned for writing
+// (prefetchw, where the CPU has it: the level is the CPU's choice). Each pass below streams its operands chunk by chunk; the first
 // group to read a chunk would wait on memory for every line of it (at 64 heads of T = 512
 // nothing but the current head stays in cache), so the chunk after it is asked for while
 // this one is computed, a slice per group, spread over the groups that take the chunk so
-// that the requests do not queue up at once. `write`: the rows will be written.
+// that the requests do not queue up at once.
 template <int W, bool write = false>
 void prefetch_rows(const float* x, int64_t ld, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r)
     for (int c = 0; c < W; c += kLanes) __builtin_prefetch(x + r * ld + c, write, 2);
 }
 // The slice of n rows that the i-th of `of` groups asks for.
-inline std::pair<int64_t, int64_t> slice_of(int64_t n, int i, int of) {
+std::pair<int64_t, int64_t> slice_of(int64_t n, int i, int of) {
   return {n * i / of, n * (i + 1) / of};
 }
 
@@ -336,8 +337,8 @@ void forward_item(const AttentionTileForward& a) {
       const float* vc = packed(vbuf, v + j0 * lv, lv, chunk, DV);  // rows DV apart
       // The groups that take this chunk: those after the ones whose keys end before it.
       int taking = 0;
-      while (groups[taking].keys <= j0) ++taking;
-      const int64_t next = std::clamp<int64_t>(keys - j0 - kChunk, 0, kChunk);  // the next chunk
+      while (taking < ng && groups[taking].keys <= j0) ++taking;  // (the last group's: keys)
+      const int64_t next = std::clamp<int64_t>(keys - j0 - kChunk, 0, kChunk);  // its keys
       for (int gi = taking; gi < ng; ++gi) {
         Group& g = groups[gi];
         const auto [p0, p1] = slice_of(next, gi - taking, ng - taking);
