@@ -497,9 +497,11 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   const int64_t tile_elems = np * bq * bk, per_worker = tile_elems * (dropout ? 3 : 2);
   Tensor scratch = empty({workers, per_worker}, opts);
 
-  // Key block jb of pair group n0, all its query blocks in order; dQ of the group's first
-  // pair at dq_n0 (pairs tq·d apart, rows ldq apart).
-  auto column = [&](int64_t n0, int64_t jb, void* dq_n0, int64_t ldq, int worker) {
+  // Key blocks [jb, jb + nb) of pair group n0 (nb > 1 only on the fused route), all their
+  // query blocks in order; dQ of the group's first pair at dq_n0 (pairs tq·d apart, rows
+  // ldq apart).
+  auto column = [&](int64_t n0, int64_t jb, int64_t nb, void* dq_n0, int64_t ldq, int worker) {
+    RG_ASSERT(nb == 1 || P.fused);
     const int64_t j0 = jb * bk;
     void* probs = at_mut(scratch, worker * per_worker);
     void* dp = at_mut(scratch, worker * per_worker + tile_elems);
@@ -507,7 +509,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     // The whole column of tiles in one fused kernel, where the backend has one; else tile by tile.
     if (P.fused) {
       AttentionTileBackward b;
-      b.tile = P.at_tile(n0, 0, s.tq, j0, std::min(bk, s.tk - j0)), b.d = s.d, b.dv = s.dv;
+      b.tile = P.at_tile(n0, 0, s.tq, j0, std::min(nb * bk, s.tk - j0)), b.d = s.d, b.dv = s.dv;
       b.ld.q = P.row_stride(P.q), b.ld.k = P.row_stride(P.k), b.ld.v = P.row_stride(P.v);
       b.ld.o = P.row_stride(dO), b.ld.out = P.row_stride(out_read), b.ld.dq = ldq;
       b.ld.dk = P.row_stride(dk), b.ld.dv = P.row_stride(dv);
@@ -564,8 +566,11 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   };
   if (workers == 1 || groups >= 4 * int64_t(workers) || groups % workers == 0) {
     be.attention_run(groups, P.plan, [&](int64_t g, int worker) {
+      void* dq_g = P.row_at(dq, s.h, g * np, 0);
+      if (P.fused)  // every key block in one call: D once, and the kernel's passes run on
+        return column(g * np, 0, k_blocks, dq_g, P.row_stride(dq), worker);  // (same order)
       for (int64_t jb = 0; jb < k_blocks; ++jb)
-        column(g * np, jb, P.row_at(dq, s.h, g * np, 0), P.row_stride(dq), worker);
+        column(g * np, jb, 1, dq_g, P.row_stride(dq), worker);
     });
   } else {
     // dQ of one pair group per item: (workers, np, tq, d), summed in item order.
@@ -574,7 +579,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
       parts.zero_();
       be.attention_run(workers, P.plan, [&](int64_t c, int worker) {
         for (int64_t jb = c; jb < k_blocks; jb += workers)
-          column(g * np, jb, at_mut(parts, c * np * s.tq * s.d), s.d, worker);
+          column(g * np, jb, 1, at_mut(parts, c * np * s.tq * s.d), s.d, worker);
       });
       Tensor dq_g = dq_group(g);
       for (int64_t c = 0; c < workers; ++c) dq_g.add_(parts[c].view(dq_g.shape()));

@@ -280,10 +280,16 @@ T* packed(float* buf, T* x, int64_t ld, int64_t n, int64_t width) {
 // nothing but the current head stays in cache), so the chunk after it is asked for while
 // this one is computed, a slice per group, spread over the groups that take the chunk so
 // that the requests do not queue up at once.
-template <int W, bool write = false>
+// `soon`: into the L1 cache (prefetcht0), for rows the next few thousand cycles read.
+enum class Ahead { next_chunk, soon, write };
+template <int W, Ahead how = Ahead::next_chunk>
 void prefetch_rows(const float* x, int64_t ld, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r)
-    for (int c = 0; c < W; c += kLanes) __builtin_prefetch(x + r * ld + c, write, 2);
+    for (int c = 0; c < W; c += kLanes) {
+      if constexpr (how == Ahead::next_chunk) __builtin_prefetch(x + r * ld + c, 0, 2);
+      if constexpr (how == Ahead::soon) __builtin_prefetch(x + r * ld + c, 0, 3);
+      if constexpr (how == Ahead::write) __builtin_prefetch(x + r * ld + c, 1, 2);
+    }
 }
 // The slice of n rows that the i-th of `of` groups asks for.
 std::pair<int64_t, int64_t> slice_of(int64_t n, int i, int of) {
@@ -294,7 +300,9 @@ std::pair<int64_t, int64_t> slice_of(int64_t n, int i, int of) {
 // A pass takes up to kGroups groups of 16 queries (block_q = 128: the whole item) and runs
 // over the keys chunk by chunk, each chunk of K and V read once (into the L1 cache) for
 // all of its groups, whose running (Q̂ᵀ, Oᵀ, m, l) wait in `groups` meanwhile. Each group
-// sees the same chunks in the same order as alone: the same sums, bit for bit.
+// sees the same chunks in the same order as alone: the same sums, bit for bit. A group's
+// own rows (Q forward, K and V backward) are read when it takes its first chunk, with the
+// next group's asked for, so that only the first group of a pass waits on them.
 constexpr int kGroups = 16;
 
 template <int D, int DV>
@@ -327,8 +335,7 @@ void forward_item(const AttentionTileForward& a) {
       g.diag = t.row_pos + g.g0 - t.col_pos;
       g.keys = t.causal ? std::clamp<int64_t>(g.diag + g.nq, 0, t.cols) : t.cols;
       keys = std::max(keys, g.keys);
-      transpose_in(g.qt, q + g.g0 * lq, lq, g.nq, float(t.scale) * math::kLog2e);  // base 2
-      std::memset(g.ot, 0, sizeof g.ot);
+      std::memset(g.ot, 0, sizeof g.ot);  // (Q̂ᵀ: at the group's first chunk, below)
       g.m = splat(-kInf), g.l = Vec{};
     }
     for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
@@ -344,6 +351,13 @@ void forward_item(const AttentionTileForward& a) {
         const auto [p0, p1] = slice_of(next, gi - taking, ng - taking);
         prefetch_rows<D>(k, lk, j0 + kChunk + p0, j0 + kChunk + p1);
         prefetch_rows<DV>(v, lv, j0 + kChunk + p0, j0 + kChunk + p1);
+        if (j0 == 0) {  // the group's first chunk: its queries, read now; the next group's asked for
+          if (gi + 1 < ng) {
+            const Group& h = groups[gi + 1];
+            prefetch_rows<D, Ahead::soon>(q, lq, h.g0, h.g0 + h.nq);
+          }
+          transpose_in(g.qt, q + g.g0 * lq, lq, g.nq, float(t.scale) * math::kLog2e);  // base 2
+        }
         const int64_t nk = std::min(kChunk, g.keys - j0);
         const int64_t diag = g.diag;
         lane_dots<D>(s, kc, D, nk, g.qt);  // s[j] lane i = log2 e·scale·Q[i]·K[j]
@@ -403,9 +417,10 @@ void row_dots(float* d, const float* x, int64_t ldx, const float* y, int64_t ldy
   }
 }
 
-// ---- backward: an item is a key block; lanes are its keys ----
-// As the forward: a pass takes up to kGroups groups of 16 keys (block_k = 256: the whole
-// item) and runs over the queries kRows at a time, each chunk of Q, dO and dQ read once
+// ---- backward: an item is a head's keys, 256 to a pass; lanes are its keys ----
+// As the forward: a pass takes up to kGroups groups of 16 keys (256: one key block; the
+// tile loop hands over a head's key blocks in one call) and runs over the queries kRows at
+// a time, each chunk of Q, dO and dQ read once
 // (into the L1 cache) for all of its groups, whose (K̂ᵀ, Vᵀ, dKᵀ, dVᵀ, K̂'s rows) wait in
 // `groups` meanwhile. Each group sees the same query rows in the same order as alone, and
 // each dQ row gets the groups' parts in key order: the same sums, bit for bit.
@@ -443,6 +458,7 @@ void backward_item(const AttentionTileBackward& a) {
     alignas(64) float krow[kWidths][kLanes][kLanes];  // K̂'s rows (lanes: features), 0 past nk
     int64_t kg0, diag, first;  // key lane j visible to query i iff j ≤ i + diag; i < first: none
     int nk;
+    bool ready;  // kt, vt, krow filled
   };
   thread_local std::vector<Group> groups(kGroups);  // per thread, once (too big for the stack)
   constexpr int64_t R = kRows<D>;
@@ -457,6 +473,19 @@ void backward_item(const AttentionTileBackward& a) {
       g.diag = t.row_pos - t.col_pos - g.kg0;
       g.first = t.causal ? std::clamp<int64_t>(-g.diag, 0, t.rows) : 0;
       first = std::min(first, g.first);
+      g.ready = false;  // K̂ᵀ, Vᵀ, K̂'s rows: at the group's first chunk, below
+      std::memset(g.dkt, 0, sizeof g.dkt);  // (a group no query sees writes these zeros)
+      std::memset(g.dvt, 0, sizeof g.dvt);
+    }
+    // A group's keys, read when the group takes its first chunk (the groups start in order,
+    // later ones on the causal diagonal's later rows), with the next group's asked for.
+    auto ready = [&](int gi) {
+      Group& g = groups[gi];
+      if (gi + 1 < ng) {
+        const Group& h = groups[gi + 1];
+        prefetch_rows<D, Ahead::soon>(k, lk, h.kg0, h.kg0 + h.nk);
+        prefetch_rows<DV, Ahead::soon>(v, lv, h.kg0, h.kg0 + h.nk);
+      }
       transpose_in(g.kt, k + g.kg0 * lk, lk, g.nk, scale * math::kLog2e);  // scores in base 2
       transpose_in(g.vt, v + g.kg0 * lv, lv, g.nk, 1.0f);
       for (int w = 0; w < kWidths; ++w)
@@ -464,9 +493,8 @@ void backward_item(const AttentionTileBackward& a) {
           const int c0 = w * kLanes, width = std::min(kLanes, D - c0);
           store(g.krow[w][j], j < g.nk ? scale * load_n(k + (g.kg0 + j) * lk + c0, width) : Vec{});
         }
-      std::memset(g.dkt, 0, sizeof g.dkt);  // (a group no query sees writes these zeros)
-      std::memset(g.dvt, 0, sizeof g.dvt);
-    }
+      g.ready = true;
+    };
     for (int64_t i0 = first; i0 < t.rows; i0 += R) {
       const int64_t rows = std::min(R, t.rows - i0);
       const float* qc = packed(qbuf, q + i0 * lq, lq, rows, D);       // rows D apart
@@ -481,7 +509,8 @@ void backward_item(const AttentionTileBackward& a) {
         const auto [p0, p1] = slice_of(next, gi, taking);
         prefetch_rows<D>(q, lq, i0 + R + p0, i0 + R + p1);
         prefetch_rows<DV>(dout, lo, i0 + R + p0, i0 + R + p1);
-        prefetch_rows<D, true>(dq, ldq, i0 + R + p0, i0 + R + p1);
+        prefetch_rows<D, Ahead::write>(dq, ldq, i0 + R + p0, i0 + R + p1);
+        if (!g.ready) ready(gi);
         const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first (< rows)
         const int64_t ni = rows - skip, r0 = i0 + skip;  // rows [r0, r0 + ni) of the column
         const float* qi = qc + skip * D;
