@@ -273,14 +273,15 @@ T* packed(float* buf, T* x, int64_t ld, int64_t n, int64_t width) {
   return buf;
 }
 
-// Rows [r0, r1) of x (rows ld apart, W floats each) asked for ahead of their use: into the
-// L2 cache (prefetcht1), or, for rows that will be written (`write`), owned for writing
-// (prefetchw, where the CPU has it: the level is the CPU's choice). Each pass below streams its operands chunk by chunk; the first
-// group to read a chunk would wait on memory for every line of it (at 64 heads of T = 512
-// nothing but the current head stays in cache), so the chunk after it is asked for while
-// this one is computed, a slice per group, spread over the groups that take the chunk so
-// that the requests do not queue up at once.
-// `soon`: into the L1 cache (prefetcht0), for rows the next few thousand cycles read.
+// Rows [r0, r1) of x (rows ld apart, W floats each) asked for ahead of their use. Each pass
+// below streams its operands chunk by chunk; the first group to read a chunk would wait on
+// memory for every line of it (at 64 heads of T = 512 nothing but the current head stays in
+// cache), so the chunk after it is asked for while this one is computed, a slice per group,
+// spread over the groups that take the chunk so that the requests do not queue up at once.
+//  - next_chunk: into the L2 cache (prefetcht1);
+//  - soon: into the L1 cache (prefetcht0), rows the next few thousand cycles read;
+//  - write: rows that will be written, owned for writing (prefetchw where the CPU has it;
+//    which cache is the CPU's choice).
 enum class Ahead { next_chunk, soon, write };
 template <int W, Ahead how = Ahead::next_chunk>
 void prefetch_rows(const float* x, int64_t ld, int64_t r0, int64_t r1) {
@@ -351,7 +352,7 @@ void forward_item(const AttentionTileForward& a) {
         const auto [p0, p1] = slice_of(next, gi - taking, ng - taking);
         prefetch_rows<D>(k, lk, j0 + kChunk + p0, j0 + kChunk + p1);
         prefetch_rows<DV>(v, lv, j0 + kChunk + p0, j0 + kChunk + p1);
-        if (j0 == 0) {  // the group's first chunk: its queries, read now; the next group's asked for
+        if (j0 == 0) {  // the group's first chunk: its queries read, the next group's asked for
           if (gi + 1 < ng) {
             const Group& h = groups[gi + 1];
             prefetch_rows<D, Ahead::soon>(q, lq, h.g0, h.g0 + h.nq);
@@ -420,10 +421,10 @@ void row_dots(float* d, const float* x, int64_t ldx, const float* y, int64_t ldy
 // ---- backward: an item is a head's keys, 256 to a pass; lanes are its keys ----
 // As the forward: a pass takes up to kGroups groups of 16 keys (256: one key block; the
 // tile loop hands over a head's key blocks in one call) and runs over the queries kRows at
-// a time, each chunk of Q, dO and dQ read once
-// (into the L1 cache) for all of its groups, whose (K̂ᵀ, Vᵀ, dKᵀ, dVᵀ, K̂'s rows) wait in
-// `groups` meanwhile. Each group sees the same query rows in the same order as alone, and
-// each dQ row gets the groups' parts in key order: the same sums, bit for bit.
+// a time, each chunk of Q, dO and dQ read once (into the L1 cache) for all of its groups,
+// whose (K̂ᵀ, Vᵀ, dKᵀ, dVᵀ, K̂'s rows) wait in `groups` meanwhile. Each group sees the same
+// query rows in the same order as alone, and each dQ row gets the groups' parts in key
+// order: the same sums, bit for bit.
 template <int D>
 constexpr int64_t kRows = D <= 32 ? 64 : 32;  // Q, dO, dQ of a chunk: 12–24 KB
 
@@ -511,7 +512,7 @@ void backward_item(const AttentionTileBackward& a) {
         prefetch_rows<DV>(dout, lo, i0 + R + p0, i0 + R + p1);
         prefetch_rows<D, Ahead::write>(dq, ldq, i0 + R + p0, i0 + R + p1);
         if (!g.ready) ready(gi);
-        const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first (< rows)
+        const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
         const int64_t ni = rows - skip, r0 = i0 + skip;  // rows [r0, r0 + ni) of the column
         const float* qi = qc + skip * D;
         const float* oi = oc + skip * DV;
