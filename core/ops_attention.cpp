@@ -568,10 +568,11 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   if (workers == 1 || groups >= 4 * int64_t(workers) || groups % workers == 0) {
     be.attention_run(groups, P.plan, [&](int64_t g, int worker) {
       void* dq_g = P.row_at(dq, s.h, g * np, 0);
-      if (P.fused)  // every key block in one call: D once, and the kernel's passes run on
-        return column(g * np, 0, k_blocks, dq_g, P.row_stride(dq), worker);  // (same order)
-      for (int64_t jb = 0; jb < k_blocks; ++jb)
-        column(g * np, jb, 1, dq_g, P.row_stride(dq), worker);
+      // Fused: every key block in one call, so D is computed once; the kernel runs a pass
+      // per block, in block order, and dQ gets the same sums as from a call per block.
+      const int64_t per_call = P.fused ? k_blocks : 1;
+      for (int64_t jb = 0; jb < k_blocks; jb += per_call)
+        column(g * np, jb, per_call, dq_g, P.row_stride(dq), worker);
     });
   } else {
     // dQ of one pair group per item: (workers, np, tq, d), summed in item order.
