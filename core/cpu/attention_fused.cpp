@@ -63,10 +63,13 @@ namespace ringgrad::cpu {
 namespace {
 
 constexpr int kLanes = 16;       // positions per vector
-// Keys per forward chunk: K and V of a chunk (16–64 KB) are read from the L1 cache by each
-// of the pass's groups.
+// Keys per forward chunk: K and V of a chunk (16–32 KB) are read from the L1 cache by each
+// of the pass's groups, beside a group's Q̂ᵀ and Oᵀ (2–8 KB) and its score tile (4–8 KB).
+// 48 keys at head dims 48–64, not 64: 64 keys' 32 KB of K and V plus the rest filled the
+// 48 KB L1 cache (d = 64, T = 512–2048, three interleaved runs: 1–10% faster; at d ≤ 32,
+// 64 keys instead of 128 gained nothing).
 template <int D>
-constexpr int64_t kKeys = D <= 32 ? 128 : 64;
+constexpr int64_t kKeys = D <= 32 ? 128 : 48;
 #if defined(__AVX512F__)
 constexpr bool kWorthIt = true;  // a vector is one register
 #else
