@@ -201,10 +201,12 @@ class Backend {
   // (core/cpu/attention_fused.cpp).
   virtual bool attention_tile_fused_forward(const AttentionTileForward&) { return false; }
   virtual bool attention_tile_fused_backward(const AttentionTileBackward&) { return false; }
-  // Whether the two above take the tiles of a problem like `tile` (one pair; its dtype,
-  // mask dtype, dropout) at these head dims: asked once per call, so that the tile loop
-  // can read q, k, v where they lie (AttentionRows) instead of copying them first.
-  virtual bool attention_tile_fused(const AttentionTile&, int64_t /*d*/, int64_t /*dv*/) {
+  // Whether the forward's (or the backward's) of the two above takes the tiles of a problem
+  // like `tile` (one pair; its dtype, mask dtype, dropout) at these head dims: asked once
+  // per call, so that the tile loop can read q, k, v where they lie (AttentionRows) instead
+  // of copying them first. The two passes may answer differently (the CPU: d = 128).
+  enum class Pass { forward, backward };
+  virtual bool attention_tile_fused(const AttentionTile&, int64_t /*d*/, int64_t /*dv*/, Pass) {
     return false;
   }
   // How the tile loop of core/ops_attention.cpp is scheduled. Its work is cut into

@@ -5,7 +5,8 @@
 // backend.h (attention_tile_forward / _probs / _grad, math in row_math.h) and the
 // schedule of the loop's work items (attention_plan / attention_run) — and, where it has
 // one, a kernel that runs a work item's whole row (or column) of tiles in one go
-// (attention_tile_fused_*: the CPU's for small head dims), which the loop tries first.
+// (attention_tile_fused_*: the CPU's for small head dims, asked per pass: at d = 128 it takes
+// the forward, not the backward), which the loop tries first.
 //
 // Work items (np = the plan's pairs per item: 1 on the CPU, all N = B·H on a GPU):
 //   forward: (pairs, query block i), each looping over the key blocks j;
@@ -143,10 +144,12 @@ TensorRef flat_ref(void* p, DType dtype, int64_t n) {
   return r;
 }
 
-// Whether the backend's fused kernel takes every work item of this problem (one pair per
-// item, and the tile's dtype, mask dtype, dropout and head dims): then q, k, v (and in the
-// backward dO, dQ, dK, dV) are read and written where they lie, rows a stride apart.
-bool fused_problem(Backend& be, const Dims4& s, DType dtype, const AttentionOptions& o) {
+// Whether the backend's fused kernel takes every work item of this problem in this pass (one
+// pair per item, and the tile's dtype, mask dtype, dropout and head dims): then q, k, v (and
+// in the backward dO, dQ, dK, dV) are read and written where they lie, rows a stride apart.
+using Pass = Backend::Pass;
+bool fused_problem(Backend& be, const Dims4& s, DType dtype, const AttentionOptions& o,
+                   Pass pass) {
   if (be.attention_plan(s.b * s.h).pairs_per_item != 1) return false;
   AttentionTile t;
   t.dtype = dtype;
@@ -156,7 +159,7 @@ bool fused_problem(Backend& be, const Dims4& s, DType dtype, const AttentionOpti
     t.mask.data = const_cast<float*>(&probe);
     t.mask.dtype = o.mask.dtype() == kBool ? dtype : o.mask.dtype();
   }
-  return be.attention_tile_fused(t, s.d, s.dv);
+  return be.attention_tile_fused(t, s.d, s.dv, pass);
 }
 
 // An operand as the tile loop reads it: on the fused route as it lies where its rows'
@@ -194,11 +197,11 @@ struct Problem {
   int64_t items_per_block;      // work items per query (or key) block: pairs / pairs_per_item
 
   Problem(const Tensor& q_, const Tensor& k_, const Tensor& v_, const AttentionOptions& opt,
-          Backend& be)
+          Backend& be, Pass pass)
       : o(opt) {
     s = check_inputs(q_, k_, v_, opt);
     pairs = s.b * s.h;
-    fused = fused_problem(be, s, q_.dtype(), opt);
+    fused = fused_problem(be, s, q_.dtype(), opt, pass);
     q = as_read(q_, fused), k = as_read(k_, fused), v = as_read(v_, fused);
     if (opt.mask.defined()) {
       mask = additive_mask(opt.mask, q.dtype()).expand({s.b, s.h, s.tq, s.tk});
@@ -363,7 +366,7 @@ AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor
     return {r.out.to(q.dtype()), r.lse};
   }
   Backend& be = backend(q.device(), kOp);
-  Problem P(q, k, v, options, be);
+  Problem P(q, k, v, options, be, Pass::forward);
   const Dims4& s = P.s;
   auto opts = detail::options_of(q);
   const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
@@ -463,7 +466,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     return {g.dq.to(q.dtype()), g.dk.to(k.dtype()), g.dv.to(v.dtype())};
   }
   Backend& be = backend(q.device(), kOp);
-  Problem P(q, k, v, options, be);
+  Problem P(q, k, v, options, be, Pass::backward);
   const Dims4& s = P.s;
   RG_CHECK(out.shape() == Shape({s.b, s.h, s.tq, s.dv}) && dout.shape() == out.shape() &&
                lse.shape() == Shape({s.b, s.h, s.tq}),
@@ -689,11 +692,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   // Heads split off a (B, T, E) projection arrive as transposed views, rows E apart. The
   // backend's fused kernel reads (and the backward writes) them where they lie; the GEMM
-  // route wants them contiguous, copied once, here: forward and backward both read them.
+  // route wants them contiguous, copied once, here: forward and backward both read them,
+  // so they stay where they lie only if both passes are fused.
   // (16-bit attention runs on float32 copies anyway: attention_forward)
+  auto fused = [&](Pass pass) {
+    return fused_problem(backend(q.device(), kOp), check_inputs(q, k, v, o), q.dtype(), o, pass);
+  };
   const bool in_place =
-      !is_reduced_precision(q.dtype()) &&
-      fused_problem(backend(q.device(), kOp), check_inputs(q, k, v, o), q.dtype(), o);
+      !is_reduced_precision(q.dtype()) && fused(Pass::forward) && fused(Pass::backward);
   Tensor qc = as_read(q.detach(), in_place), kc = as_read(k.detach(), in_place),
          vc = as_read(v.detach(), in_place);
   AttentionOutput r = attention_forward(qc, kc, vc, o);

@@ -346,8 +346,8 @@ class StagedBackend final : public Backend {
   bool attention_tile_fused_backward(const AttentionTileBackward& a) override {
     return !is_reduced_precision(a.tile.dtype) && inner_.attention_tile_fused_backward(a);
   }
-  bool attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv) override {
-    return !is_reduced_precision(t.dtype) && inner_.attention_tile_fused(t, d, dv);
+  bool attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv, Pass pass) override {
+    return !is_reduced_precision(t.dtype) && inner_.attention_tile_fused(t, d, dv, pass);
   }
   AttentionPlan attention_plan(int64_t pairs) override { return inner_.attention_plan(pairs); }
   void attention_run(int64_t items, const AttentionPlan& plan,

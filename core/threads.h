@@ -19,10 +19,11 @@ int get_num_threads();
 std::string cpu_gemm_engine();
 
 // Which way the CPU computes a float32 attention tile with head dims d and dv and no mask
-// or dropout: "fused" (one kernel, the scores kept in registers: small head dims on
-// AVX-512, core/cpu/attention_fused.cpp) or "gemm" (GEMMs and row passes).
+// or dropout, in the forward (or with backward = true, the backward): "fused" (one kernel,
+// the scores kept in registers: head dims 8 to 64 on AVX-512, and 128 in the forward,
+// core/cpu/attention_fused.cpp) or "gemm" (GEMMs and row passes).
 // RINGGRAD_CPU_ATTENTION=auto|fused|gemm: auto (the default) as above; fused takes the
 // fused kernel on any CPU; gemm never.
-std::string cpu_attention_kernel(int64_t d, int64_t dv);
+std::string cpu_attention_kernel(int64_t d, int64_t dv, bool backward = false);
 
 }  // namespace ringgrad

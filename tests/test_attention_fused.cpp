@@ -81,20 +81,26 @@ TEST_CASE("attention fused: the route is what RINGGRAD_CPU_ATTENTION asks for") 
   const std::string env = route_env();
   MESSAGE("RINGGRAD_CPU_ATTENTION=" << env << ": head dim 16 goes "
                                     << rg::cpu_attention_kernel(16, 16));
-  for (int64_t d : {8, 16, 24, 32, 48, 64}) {
+  for (int64_t d : {8, 16, 24, 32, 48, 64, 128}) {
     CAPTURE(d);
-    if (env == "fused") CHECK(rg::cpu_attention_kernel(d, d) == "fused");
-    if (env == "gemm") CHECK(rg::cpu_attention_kernel(d, d) == "gemm");
+    for (bool backward : {false, true}) {
+      CAPTURE(backward);
+      const bool compiled = d <= 64 || !backward;  // d = 128: the forward only
+      const std::string fused_or_not = compiled ? "fused" : "gemm";
+      if (env == "fused") CHECK(rg::cpu_attention_kernel(d, d, backward) == fused_or_not);
+      if (env == "gemm") CHECK(rg::cpu_attention_kernel(d, d, backward) == "gemm");
+    }
   }
   // Head dims the kernel is not compiled for, and q/k heads of another width than v's.
-  CHECK(rg::cpu_attention_kernel(128, 128) == "gemm");
+  CHECK(rg::cpu_attention_kernel(128, 128, /*backward=*/true) == "gemm");
+  CHECK(rg::cpu_attention_kernel(96, 96) == "gemm");
   CHECK(rg::cpu_attention_kernel(12, 12) == "gemm");
   CHECK(rg::cpu_attention_kernel(16, 32) == "gemm");
 }
 
 TEST_CASE("attention fused: every compiled head dim equals float64, forward and backward") {
   rg::manual_seed(11);
-  for (int64_t d : {8, 16, 24, 32, 48, 64}) {
+  for (int64_t d : {8, 16, 24, 32, 48, 64, 128}) {  // (128: the forward; the GEMM route's backward)
     CAPTURE(d);
     // 37 queries: two full 16-query groups and a partial one; 300 keys: a 256-key tile
     // and a short one, the first tile two 128-key chunks.
@@ -119,6 +125,7 @@ TEST_CASE("attention fused: causal, tiles and offsets as ring attention makes th
     check_against_float64(1, tq, tk, 16, o);
     o.block_q = 40, o.block_k = 24;  // tiles that cut 16-query groups and key chunks
     check_against_float64(1, tq, tk, 32, o);
+    check_against_float64(1, tq, tk, 128, o);  // and the forward's 24-key chunks at d = 128
   }
 }
 

@@ -1,5 +1,5 @@
 // attention_fused.cpp — blockwise attention in one fused pass per work item, for small
-// head dims (8 to 64).
+// head dims (8 to 64), and the forward also at 128.
 //
 // The tile loop (core/ops_attention.cpp) computes a tile as GEMMs and row passes: S = Q·Kᵀ
 // written out, the online-softmax pass over it, then P̃·V. At head dim 16 or 32 that is slow
@@ -64,12 +64,12 @@ namespace {
 
 constexpr int kLanes = 16;       // positions per vector
 // Keys per forward chunk: K and V of a chunk (16–32 KB) are read from the L1 cache by each
-// of the pass's groups, beside a group's Q̂ᵀ and Oᵀ (2–8 KB) and its score tile (4–8 KB).
+// of the pass's groups, beside a group's Q̂ᵀ and Oᵀ (2–16 KB) and its score tile (2–8 KB).
 // 48 keys at head dims 48–64, not 64: 64 keys' 32 KB of K and V plus the rest filled the
 // 48 KB L1 cache (d = 64, T = 512–2048, three interleaved runs: 1–10% faster; at d ≤ 32,
-// 64 keys instead of 128 gained nothing).
+// 64 keys instead of 128 gained nothing). At d = 128, 24 keys (24 KB of K and V).
 template <int D>
-constexpr int64_t kKeys = D <= 32 ? 128 : 48;
+constexpr int64_t kKeys = D <= 32 ? 128 : D <= 64 ? 48 : 24;
 #if defined(__AVX512F__)
 constexpr bool kWorthIt = true;  // a vector is one register
 #else
@@ -564,7 +564,13 @@ void backward_item(const AttentionTileBackward& a) {
   }
 }
 
-// The head dims compiled, d = dv (a model's q, k and v heads are usually one width).
+// The head dims compiled, d = dv (a model's q, k and v heads are usually one width): the
+// forward also at 128, where it beats the GEMM route (d = 128, one thread, GFLOP/s, fused
+// against GEMM route: causal T = 512 118–129 / 94–104, T = 1024 132–148 / 115–125, T = 8192
+// 146–163 / 139; not causal level). The backward at 128 holds 40 KB of K̂ᵀ, Vᵀ, dKᵀ, dVᵀ and
+// K̂'s rows per 16 keys, more than the L1 cache beside a chunk of queries: compiled, it was
+// 8% ahead of the GEMM route at T = 512 causal, level at T = 2048 causal and 5–10% behind
+// where not causal and at T = 8192; the GEMM route keeps it.
 template <int... Ds>
 struct HeadDims {
   static constexpr bool has(int64_t d) { return ((d == Ds) || ...); }
@@ -574,8 +580,12 @@ struct HeadDims {
     (void)((d == Ds && (f.template operator()<Ds, Ds>(), true)) || ...);
   }
 };
-using CompiledHeadDims = HeadDims<8, 16, 24, 32, 48, 64>;
-constexpr bool compiled(int64_t d, int64_t dv) { return d == dv && CompiledHeadDims::has(d); }
+using BackwardHeadDims = HeadDims<8, 16, 24, 32, 48, 64>;
+using ForwardHeadDims = HeadDims<8, 16, 24, 32, 48, 64, 128>;
+constexpr bool compiled(int64_t d, int64_t dv, Backend::Pass pass) {
+  return d == dv &&
+         (pass == Backend::Pass::forward ? ForwardHeadDims::has(d) : BackwardHeadDims::has(d));
+}
 
 // RINGGRAD_CPU_ATTENTION=auto|fused|gemm, read once. auto (the default): the fused kernel
 // where a vector is one register (kWorthIt); fused: wherever the kernel takes the tile,
@@ -591,32 +601,33 @@ bool fused_wanted() {
   return yes;
 }
 
-bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv) {
+bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv, Backend::Pass pass) {
   return fused_wanted() && t.dtype == kFloat32 && (!t.mask.data || t.mask.dtype == kFloat32) &&
-         t.dropout_p == 0 && t.batch * t.heads == 1 && compiled(d, dv);
+         t.dropout_p == 0 && t.batch * t.heads == 1 && compiled(d, dv, pass);
 }
 
 }  // namespace
 
-bool CpuBackend::attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv) {
-  return fused_takes(t, d, dv);
+bool CpuBackend::attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv, Pass pass) {
+  return fused_takes(t, d, dv, pass);
 }
 
 bool CpuBackend::attention_tile_fused_forward(const AttentionTileForward& a) {
-  if (!fused_takes(a.tile, a.d, a.dv)) return false;
-  CompiledHeadDims::run(a.d, [&]<int D, int DV>() { forward_item<D, DV>(a); });
+  if (!fused_takes(a.tile, a.d, a.dv, Pass::forward)) return false;
+  ForwardHeadDims::run(a.d, [&]<int D, int DV>() { forward_item<D, DV>(a); });
   return true;
 }
 
 bool CpuBackend::attention_tile_fused_backward(const AttentionTileBackward& a) {
-  if (!fused_takes(a.tile, a.d, a.dv)) return false;
-  CompiledHeadDims::run(a.d, [&]<int D, int DV>() { backward_item<D, DV>(a); });
+  if (!fused_takes(a.tile, a.d, a.dv, Pass::backward)) return false;
+  BackwardHeadDims::run(a.d, [&]<int D, int DV>() { backward_item<D, DV>(a); });
   return true;
 }
 
 }  // namespace ringgrad::cpu
 
-std::string ringgrad::cpu_attention_kernel(int64_t d, int64_t dv) {
+std::string ringgrad::cpu_attention_kernel(int64_t d, int64_t dv, bool backward) {
   AttentionTile t;
-  return cpu::fused_takes(t, d, dv) ? "fused" : "gemm";
+  const auto pass = backward ? Backend::Pass::backward : Backend::Pass::forward;
+  return cpu::fused_takes(t, d, dv, pass) ? "fused" : "gemm";
 }

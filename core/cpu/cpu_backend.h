@@ -56,7 +56,7 @@ class CpuBackend final : public Backend {
                            const TensorRef& dsum) override;
   bool attention_tile_fused_forward(const AttentionTileForward& a) override;  // attention_fused.cpp
   bool attention_tile_fused_backward(const AttentionTileBackward& a) override;
-  bool attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv) override;
+  bool attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv, Pass pass) override;
   AttentionPlan attention_plan(int64_t pairs) override;
   void attention_run(int64_t items, const AttentionPlan& plan,
                      const std::function<void(int64_t, int)>& body) override;
