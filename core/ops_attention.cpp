@@ -695,11 +695,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // route wants them contiguous, copied once, here: forward and backward both read them,
   // so they stay where they lie only if both passes are fused.
   // (16-bit attention runs on float32 copies anyway: attention_forward)
-  auto fused = [&](Pass pass) {
-    return fused_problem(backend(q.device(), kOp), check_inputs(q, k, v, o), q.dtype(), o, pass);
+  auto both_fused = [&] {
+    Backend& be = backend(q.device(), kOp);
+    const Dims4 s = check_inputs(q, k, v, o);
+    return fused_problem(be, s, q.dtype(), o, Pass::forward) &&
+           fused_problem(be, s, q.dtype(), o, Pass::backward);
   };
-  const bool in_place =
-      !is_reduced_precision(q.dtype()) && fused(Pass::forward) && fused(Pass::backward);
+  const bool in_place = !is_reduced_precision(q.dtype()) && both_fused();
   Tensor qc = as_read(q.detach(), in_place), kc = as_read(k.detach(), in_place),
          vc = as_read(v.detach(), in_place);
   AttentionOutput r = attention_forward(qc, kc, vc, o);

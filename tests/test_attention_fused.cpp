@@ -103,7 +103,8 @@ TEST_CASE("attention fused: every compiled head dim equals float64, forward and 
   for (int64_t d : {8, 16, 24, 32, 48, 64, 128}) {  // (128: the forward; the GEMM route's backward)
     CAPTURE(d);
     // 37 queries: two full 16-query groups and a partial one; 300 keys: a 256-key tile
-    // and a short one, the first tile two 128-key chunks.
+    // and a short one, the first tile two 128-key chunks at d ≤ 32 (the forward's chunks
+    // are 48 keys at 48 and 64, 24 at 128: the 300 keys end inside a chunk at every d).
     check_against_float64(2, 37, 300, d, {});
     check_against_float64(2, 37, 300, d, {.causal = true, .q_offset = 263});
   }
