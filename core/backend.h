@@ -197,14 +197,15 @@ class Backend {
   // S = Q·Kᵀ, online-softmax step and O += P̃·V (the three steps above and the GEMMs between
   // them), or the backward's P, dV, dS, dK, dQ — the score tile never written out. False
   // (nothing done) when it has none for this tile (dtype, head dims, a mask, dropout): the
-  // caller then runs the GEMMs and the row passes. The CPU has one for small head dims
+  // caller then runs the GEMMs and the row passes. The CPU has one for head dims up to 128
   // (core/cpu/attention_fused.cpp).
   virtual bool attention_tile_fused_forward(const AttentionTileForward&) { return false; }
   virtual bool attention_tile_fused_backward(const AttentionTileBackward&) { return false; }
   // Whether the forward's (or the backward's) of the two above takes the tiles of a problem
   // like `tile` (one pair; its dtype, mask dtype, dropout) at these head dims: asked once
   // per call, so that the tile loop can read q, k, v where they lie (AttentionRows) instead
-  // of copying them first. The two passes may answer differently (the CPU: d = 128).
+  // of copying them first. The two passes may answer differently (the CPU: d = 128 where
+  // not causal).
   enum class Pass { forward, backward };
   virtual bool attention_tile_fused(const AttentionTile&, int64_t /*d*/, int64_t /*dv*/, Pass) {
     return false;

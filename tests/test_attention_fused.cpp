@@ -83,16 +83,20 @@ TEST_CASE("attention fused: the route is what RINGGRAD_CPU_ATTENTION asks for") 
                                     << rg::cpu_attention_kernel(16, 16));
   for (int64_t d : {8, 16, 24, 32, 48, 64, 128}) {
     CAPTURE(d);
-    for (bool backward : {false, true}) {
-      CAPTURE(backward);
-      const bool compiled = d <= 64 || !backward;  // d = 128: the forward only
-      const std::string fused_or_not = compiled ? "fused" : "gemm";
-      if (env == "fused") CHECK(rg::cpu_attention_kernel(d, d, backward) == fused_or_not);
-      if (env == "gemm") CHECK(rg::cpu_attention_kernel(d, d, backward) == "gemm");
-    }
+    for (bool backward : {false, true})
+      for (bool causal : {false, true}) {
+        CAPTURE(backward);
+        CAPTURE(causal);
+        const std::string got = rg::cpu_attention_kernel(d, d, backward, causal);
+        if (env == "fused") CHECK(got == "fused");  // every compiled dim, either pass
+        if (env == "gemm") CHECK(got == "gemm");
+        // auto, on AVX-512: d = 128's backward goes the GEMM route unless causal
+        if (env == "auto" && rg::cpu_attention_kernel(16, 16) == "fused")
+          CHECK(got == (d == 128 && backward && !causal ? "gemm" : "fused"));
+      }
   }
   // Head dims the kernel is not compiled for, and q/k heads of another width than v's.
-  CHECK(rg::cpu_attention_kernel(128, 128, /*backward=*/true) == "gemm");
+  CHECK(rg::cpu_attention_kernel(256, 256, /*backward=*/true, /*causal=*/true) == "gemm");
   CHECK(rg::cpu_attention_kernel(96, 96) == "gemm");
   CHECK(rg::cpu_attention_kernel(12, 12) == "gemm");
   CHECK(rg::cpu_attention_kernel(16, 32) == "gemm");
@@ -100,7 +104,7 @@ TEST_CASE("attention fused: the route is what RINGGRAD_CPU_ATTENTION asks for") 
 
 TEST_CASE("attention fused: every compiled head dim equals float64, forward and backward") {
   rg::manual_seed(11);
-  for (int64_t d : {8, 16, 24, 32, 48, 64, 128}) {  // (128: the forward; the GEMM route's backward)
+  for (int64_t d : {8, 16, 24, 32, 48, 64, 128}) {  // (128's backward: fused when causal)
     CAPTURE(d);
     // 37 queries: two full 16-query groups and a partial one; 300 keys: a 256-key tile
     // and a short one, the first tile two 128-key chunks at d ≤ 32 (the forward's chunks

@@ -1,5 +1,5 @@
-// attention_fused.cpp — blockwise attention in one fused pass per work item, for small
-// head dims (8 to 64), and the forward also at 128.
+// attention_fused.cpp — blockwise attention in one fused pass per work item, for head
+// dims 8 to 128 (at 128 the backward only where causal: see preferred()).
 //
 // The tile loop (core/ops_attention.cpp) computes a tile as GEMMs and row passes: S = Q·Kᵀ
 // written out, the online-softmax pass over it, then P̃·V. At head dim 16 or 32 that is slow
@@ -479,8 +479,10 @@ void row_dots(float* d, const float* x, int64_t ldx, const float* y, int64_t ldy
 // whose (K̂ᵀ, Vᵀ, dKᵀ, dVᵀ, K̂'s rows) wait in `groups` meanwhile. Each group sees the same
 // query rows in the same order as alone, and each dQ row gets the groups' parts in key
 // order: the same sums, bit for bit.
+// At d = 128, 16 rows (24 KB), beside a group's 40 KB of state (bench_attention causal
+// T = 512 d = 128, one thread: 137.7 GFLOP/s against 135.2 with 32 rows).
 template <int D>
-constexpr int64_t kRows = D <= 32 ? 64 : 32;  // Q, dO, dQ of a chunk: 12–24 KB
+constexpr int64_t kRows = D <= 32 ? 64 : D <= 64 ? 32 : 16;  // Q, dO, dQ of a chunk: 12–24 KB
 
 template <int D, int DV>
 void backward_item(const AttentionTileBackward& a) {
@@ -615,13 +617,14 @@ void backward_item(const AttentionTileBackward& a) {
   }
 }
 
-// The head dims compiled, d = dv (a model's q, k and v heads are usually one width): the
-// forward also at 128, where it beats the GEMM route (d = 128, one thread, GFLOP/s, fused
-// against GEMM route: causal T = 512 118–129 / 94–104, T = 1024 132–148 / 115–125, T = 8192
-// 146–163 / 139; not causal level). The backward at 128 holds 40 KB of K̂ᵀ, Vᵀ, dKᵀ, dVᵀ and
-// K̂'s rows per 16 keys, more than the L1 cache beside a chunk of queries: compiled, it was
-// 8% ahead of the GEMM route at T = 512 causal, level at T = 2048 causal and 5–10% behind
-// where not causal and at T = 8192; the GEMM route keeps it.
+// The head dims compiled, d = dv (a model's q, k and v heads are usually one width), up to
+// 128. At 128 the backward holds 40 KB of K̂ᵀ, Vᵀ, dKᵀ, dVᵀ and K̂'s rows per 16 keys,
+// most of the L1 cache: against the GEMM route (bench_attention, one thread, three
+// interleaved runs, GFLOP/s of forward + backward) it is ahead where the tile is causal —
+// T = 512 137.7 against 128.1, on two threads 253.6 against 224.1; T = 1024 153.8 / 147.4;
+// T = 2048 165.3 / 163.4; T = 8192 level — and behind where it is not: T = 512 154.8
+// against 160.2, T = 2048 171.6 / 174.8 (the GEMM route's whole 128 × 256 tiles keep a
+// BLAS busy). So at d = 128 the backward goes fused only when causal (preferred() below).
 template <int... Ds>
 struct HeadDims {
   static constexpr bool has(int64_t d) { return ((d == Ds) || ...); }
@@ -631,30 +634,37 @@ struct HeadDims {
     (void)((d == Ds && (f.template operator()<Ds, Ds>(), true)) || ...);
   }
 };
-using BackwardHeadDims = HeadDims<8, 16, 24, 32, 48, 64>;
-using ForwardHeadDims = HeadDims<8, 16, 24, 32, 48, 64, 128>;
-constexpr bool compiled(int64_t d, int64_t dv, Backend::Pass pass) {
-  return d == dv &&
-         (pass == Backend::Pass::forward ? ForwardHeadDims::has(d) : BackwardHeadDims::has(d));
-}
+using CompiledHeadDims = HeadDims<8, 16, 24, 32, 48, 64, 128>;
+constexpr bool compiled(int64_t d, int64_t dv) { return d == dv && CompiledHeadDims::has(d); }
 
 // RINGGRAD_CPU_ATTENTION=auto|fused|gemm, read once. auto (the default): the fused kernel
-// where a vector is one register (kWorthIt); fused: wherever the kernel takes the tile,
-// on any CPU (tests run it so on machines without AVX-512 too); gemm: never.
-bool fused_wanted() {
-  static const bool yes = [] {
+// where a vector is one register (kWorthIt) and it is the faster way (preferred); fused:
+// wherever the kernel takes the tile, on any CPU (tests run it so on machines without
+// AVX-512 too, and d = 128's backward when not causal); gemm: never.
+enum class Route { automatic, fused, gemm };
+Route route_wanted() {
+  static const Route route = [] {
     const char* env = std::getenv("RINGGRAD_CPU_ATTENTION");
     const std::string_view v = env ? env : "auto";
     RG_CHECK(v == "auto" || v == "fused" || v == "gemm", "RINGGRAD_CPU_ATTENTION",
              "expected auto, fused or gemm, got \"", v, "\"");
-    return v == "fused" || (v == "auto" && kWorthIt);
+    return v == "fused" ? Route::fused : v == "gemm" ? Route::gemm : Route::automatic;
   }();
-  return yes;
+  return route;
+}
+
+// Where the fused kernel is the faster way: everywhere it is compiled, except d = 128's
+// backward on a tile that is not causal (above).
+bool preferred(const AttentionTile& t, int64_t d, Backend::Pass pass) {
+  return pass == Backend::Pass::forward || d <= 64 || t.causal;
 }
 
 bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv, Backend::Pass pass) {
-  return fused_wanted() && t.dtype == kFloat32 && (!t.mask.data || t.mask.dtype == kFloat32) &&
-         t.dropout_p == 0 && t.batch * t.heads == 1 && compiled(d, dv, pass);
+  const Route route = route_wanted();
+  if (route == Route::gemm || (route == Route::automatic && !(kWorthIt && preferred(t, d, pass))))
+    return false;
+  return t.dtype == kFloat32 && (!t.mask.data || t.mask.dtype == kFloat32) &&
+         t.dropout_p == 0 && t.batch * t.heads == 1 && compiled(d, dv);
 }
 
 }  // namespace
@@ -665,20 +675,21 @@ bool CpuBackend::attention_tile_fused(const AttentionTile& t, int64_t d, int64_t
 
 bool CpuBackend::attention_tile_fused_forward(const AttentionTileForward& a) {
   if (!fused_takes(a.tile, a.d, a.dv, Pass::forward)) return false;
-  ForwardHeadDims::run(a.d, [&]<int D, int DV>() { forward_item<D, DV>(a); });
+  CompiledHeadDims::run(a.d, [&]<int D, int DV>() { forward_item<D, DV>(a); });
   return true;
 }
 
 bool CpuBackend::attention_tile_fused_backward(const AttentionTileBackward& a) {
   if (!fused_takes(a.tile, a.d, a.dv, Pass::backward)) return false;
-  BackwardHeadDims::run(a.d, [&]<int D, int DV>() { backward_item<D, DV>(a); });
+  CompiledHeadDims::run(a.d, [&]<int D, int DV>() { backward_item<D, DV>(a); });
   return true;
 }
 
 }  // namespace ringgrad::cpu
 
-std::string ringgrad::cpu_attention_kernel(int64_t d, int64_t dv, bool backward) {
+std::string ringgrad::cpu_attention_kernel(int64_t d, int64_t dv, bool backward, bool causal) {
   AttentionTile t;
+  t.causal = causal;
   const auto pass = backward ? Backend::Pass::backward : Backend::Pass::forward;
   return cpu::fused_takes(t, d, dv, pass) ? "fused" : "gemm";
 }
