@@ -242,6 +242,33 @@ TEST_CASE("attention fused: float32 through scaled_dot_product_attention with au
   CHECK(worst(x.grad(), x64.grad(), 1e-4, 1e-3) <= 1.0);
 }
 
+TEST_CASE("attention fused: d = 128 read in place exactly where both passes are fused") {
+  // The forward at d = 128 is fused; the backward only where causal (auto on AVX-512). q, k,
+  // v are read where they lie only when both passes are fused, and only then is the output
+  // laid out as (B, T, H, D) underneath: what scaled_dot_product_attention decided shows.
+  rg::manual_seed(21);
+  const int64_t b = 1, t = 40, h = 2, d = 128, e = h * d;
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    rg::Tensor qkv = rg::uniform({b, t, 3 * e}, -1, 1).requires_grad_();
+    rg::Tensor qkv64 = qkv.detach().to(rg::kFloat64).requires_grad_();
+    auto attend = [&](const rg::Tensor& x) {
+      auto head = [&](int64_t i) { return x.narrow(-1, i * e, e).view({b, t, h, d}).transpose(1, 2); };
+      return rg::scaled_dot_product_attention(head(0), head(1), head(2), {.causal = causal});
+    };
+    rg::Tensor out = attend(qkv), out64 = attend(qkv64);
+    const bool in_place = rg::cpu_attention_kernel(d, d, false, causal) == "fused" &&
+                          rg::cpu_attention_kernel(d, d, true, causal) == "fused";
+    CHECK(out.is_contiguous() == !in_place);
+    if (route_env() == "auto" && rg::cpu_attention_kernel(16, 16) == "fused")
+      CHECK(in_place == causal);
+    CHECK(worst(out, out64, 1e-5, 1e-4) <= 1.0);
+    out.sum().backward();
+    out64.sum().backward();
+    CHECK(worst(qkv.grad(), qkv64.grad(), 1e-4, 1e-3) <= 1.0);
+  }
+}
+
 TEST_CASE("attention fused: heads read and written in a (B, T, H, D) projection's layout") {
   // Q, K, V cut from one (B, T, 3E) projection, as MultiheadAttention does: each head's rows
   // lie 3E elements apart. The fused route reads them there, gives the output laid out as
