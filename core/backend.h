@@ -57,6 +57,9 @@ struct GemmArgs {
   // (n) contiguous, of dtype, or null: added to every row of every product after
   // alpha·A·B + beta·C — a Linear's bias. Set only where gemm_adds_bias(dtype) says so.
   const void* bias = nullptr;
+  // Then max(0, ·) on every element (after the bias, if any): a Linear followed by ReLU
+  // (nn::linear_relu). Set only where gemm_adds_bias(dtype) says so, as bias.
+  bool relu = false;
   int64_t ldc() const { return c_row_stride ? c_row_stride : n; }
 };
 
@@ -161,7 +164,7 @@ class Backend {
                                 int64_t outer, int64_t r, int64_t inner, bool log) = 0;
 
   virtual void gemm(const GemmArgs& args) = 0;
-  // Whether gemm takes GemmArgs::bias at this dtype (else addmm adds it after, in its own
+  // Whether gemm takes GemmArgs::bias (and GemmArgs::relu) at this dtype (else addmm adds it after, in its own
   // pass over C). The CPU adds it to each block of C just computed, while it is in cache.
   virtual bool gemm_adds_bias(DType) const { return false; }
 

@@ -44,6 +44,9 @@ Tensor rsqrt(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
+// relu's gradient from its output: grad where out > 0, else 0 (torch's
+// threshold_backward(grad, out, 0)); for ops that fuse a relu into their own forward.
+Tensor relu_backward(const Tensor& grad, const Tensor& out);
 enum class GeluApprox { None, Tanh };  // None: x·Φ(x) with erf; Tanh: the tanh approximation
 Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
 Tensor abs(const Tensor& x);
@@ -101,6 +104,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // (n, p). A bias vector (p) is added inside the GEMM where the backend can (the CPU adds it
 // to each block of the product while that block is in cache): nn::linear's y = x·Wᵀ + b.
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b);
+// relu(addmm(input, a, b)) (torch's _addmm_activation): where the bias goes into the GEMM,
+// so does max(0, ·), applied to each block of the product while it is in cache — no pass
+// of its own over the output. nn::linear_relu's forward.
+Tensor addmm_relu(const Tensor& input, const Tensor& a, const Tensor& b);
 
 // ---- indexing ----
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: 1-D int64

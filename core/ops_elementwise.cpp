@@ -271,9 +271,20 @@ Tensor relu(const Tensor& x) {
   // relu(x) > 0 exactly where x > 0, so the output serves as the mask.
   if (autograd::needs_grad({&x}))
     autograd::record("relu", out, {&x}, [y = out.detach()](const Tensor& g) {
-      return Grads{fused_backward(BinaryOp::ReluBackward, g, y)};
+      return Grads{relu_backward(g, y)};
     });
   return out;
+}
+
+Tensor relu_backward(const Tensor& grad, const Tensor& out) {
+  const char* op = "relu_backward";
+  detail::check_defined(grad, op);
+  detail::check_defined(out, op);
+  detail::check_same_device(grad, out, op);
+  detail::check_same_dtype(grad, out, op);
+  RG_CHECK(grad.shape() == out.shape(), op, "expected grad and out of one shape, got ",
+           shape_str(grad.shape()), " and ", shape_str(out.shape()));
+  return fused_backward(BinaryOp::ReluBackward, grad, out);
 }
 
 Tensor gelu(const Tensor& x, GeluApprox approximate) {

@@ -66,8 +66,10 @@ Operand gemm_operand(const Tensor& t, int64_t nb) {
 }
 
 // a (…, m, k) @ b (…, k, n), both at least 2-D; plus `bias` (n, contiguous) on every row
-// when defined, added by the GEMM (the caller has asked gemm_adds_bias).
-Tensor matmul_nd(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
+// when defined, then max(0, ·) with relu, both by the GEMM (the caller has asked
+// gemm_adds_bias).
+Tensor matmul_nd(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(),
+                 bool relu = false) {
   const char* op = "matmul";
   int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   RG_CHECK(b.size(-2) == k, op, "expected a.shape[-1] == b.shape[-2], got ", shape_str(a.shape()),
@@ -110,6 +112,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()
   g.b_row_stride = B.row_stride, g.b_col_stride = B.col_stride;
   g.c = out.raw_data(), g.c_batch_stride = m * n;
   g.bias = bias.defined() ? bias.raw_data() : nullptr;
+  g.relu = relu;
   if (out.numel() > 0) backend(a.device(), op).gemm(g);
 
   // dA = dC·Bᵀ, dB = Aᵀ·dC, each summed over the batch dims it was broadcast along.
@@ -150,11 +153,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
-  const char* op = "addmm";
+namespace {
+
+// addmm, and with relu = true relu(addmm) in one pass over the product where the backend's
+// GEMM takes the epilogue (else a relu pass after).
+Tensor addmm_impl(const Tensor& input, const Tensor& a, const Tensor& b, bool relu) {
+  const char* op = relu ? "addmm_relu" : "addmm";
   if (auto dt = detail::autocast_lower({&input, &a, &b}))  // under rg::autocast: in its dtype
-    return addmm(detail::autocast_cast(input, *dt), detail::autocast_cast(a, *dt),
-                 detail::autocast_cast(b, *dt));
+    return addmm_impl(detail::autocast_cast(input, *dt), detail::autocast_cast(a, *dt),
+                      detail::autocast_cast(b, *dt), relu);
   for (const Tensor* t : {&input, &a, &b}) {
     detail::check_defined(*t, op);
     detail::check_same_device(a, *t, op);
@@ -171,26 +178,38 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
   RG_CHECK(broadcasts, op, "expected input that broadcasts to ", shape_str({n, p}),
            " (a bias (p), or (n, p)), got ", shape_str(input.shape()));
   // A bias vector goes into the GEMM where the backend adds it there (to each block of the
-  // product while it is in cache); anything else is added after.
+  // product while it is in cache), and so does the relu; anything else is added after.
   const bool in_gemm = input.dim() >= 1 && input.numel() == p && input.size(-1) == p &&
                        input.is_contiguous() &&
                        backend(a.device(), op).gemm_adds_bias(a.dtype());
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = matmul_nd(a, b, in_gemm ? input : Tensor());
+    out = matmul_nd(a, b, in_gemm ? input : Tensor(), in_gemm && relu);
     if (!in_gemm) out.add_(input);
+    if (!in_gemm && relu) out = ringgrad::relu(out);
   }
   if (autograd::needs_grad({&input, &a, &b}))
     autograd::record(
         op, out, {&input, &a, &b},
-        [input_shape = input.shape(), a = a.detach(), b = b.detach()](
-            const Tensor& g, const std::vector<bool>& need) {
+        [input_shape = input.shape(), a = a.detach(), b = b.detach(),
+         y = relu ? out.detach() : Tensor()](const Tensor& g_out, const std::vector<bool>& need) {
+          const Tensor g = y.defined() ? relu_backward(g_out, y) : g_out;
           return Grads{need[0] ? sum_to(g, input_shape) : Tensor(),
                        need[1] ? matmul(g, b.t()) : Tensor(),
                        need[2] ? matmul(a.t(), g) : Tensor()};
         });
   return out;
+}
+
+}  // namespace
+
+Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
+  return addmm_impl(input, a, b, false);
+}
+
+Tensor addmm_relu(const Tensor& input, const Tensor& a, const Tensor& b) {
+  return addmm_impl(input, a, b, true);
 }
 
 }  // namespace ringgrad

@@ -13,12 +13,14 @@ namespace ringgrad::nn {
 
 // One op with its own backward rather than matmul + transpose + add: the
 // weight gradient comes out of one GEMM already in weight's (out, in) layout,
-// instead of as a transposed view that would have to be copied.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+// instead of as a transposed view that would have to be copied. With relu, the
+// activation is applied inside the GEMM (addmm_relu) and differentiated from the output.
+static Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bool relu) {
+  const char* op = relu ? "linear_relu" : "linear";
   if (auto dt = detail::autocast_lower({&x, &weight, &bias}))  // under rg::autocast
-    return linear(detail::autocast_cast(x, *dt), detail::autocast_cast(weight, *dt),
-                  detail::autocast_cast(bias, *dt));
-  RG_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear",
+    return linear_impl(detail::autocast_cast(x, *dt), detail::autocast_cast(weight, *dt),
+                       detail::autocast_cast(bias, *dt), relu);
+  RG_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), op,
            "expected x (…, in) and weight (out, in), got ", shape_str(x.shape()), " and ",
            shape_str(weight.shape()));
   Tensor y;
@@ -27,13 +29,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     // (…, in) as one (rows, in) matrix when that is a view: one big GEMM instead of
     // a batch of small ones (a (16, 128, 256) input is one 2048-row product).
     Tensor x2 = x.dim() > 2 && x.is_contiguous() ? x.view({-1, x.size(-1)}) : x;
-    // weightᵀ is read in place, not copied; the bias added inside the GEMM where it can be
+    // weightᵀ is read in place, not copied; the bias (and the relu) inside the GEMM where
+    // they can be
     if (bias.defined() && x2.dim() == 2 && bias.dtype() == x2.dtype() &&
         bias.device() == x2.device()) {
-      y = addmm(bias, x2, weight.t());
+      y = relu ? addmm_relu(bias, x2, weight.t()) : addmm(bias, x2, weight.t());
     } else {
       y = matmul(x2, weight.t());
       if (bias.defined()) y.add_(bias);
+      if (relu) y = ringgrad::relu(y);
     }
     if (x2.dim() != x.dim()) {
       Shape shape = x.shape();
@@ -43,8 +47,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
   if (autograd::needs_grad({&x, &weight, &bias}))
     autograd::record(
-        "linear", y, {&x, &weight, &bias},
-        [x = x.detach(), w = weight.detach()](const Tensor& g, const std::vector<bool>& need) {
+        op, y, {&x, &weight, &bias},
+        [x = x.detach(), w = weight.detach(), y_saved = relu ? y.detach() : Tensor()](
+            const Tensor& g_out, const std::vector<bool>& need) {
+          const Tensor g = y_saved.defined() ? relu_backward(g_out, y_saved) : g_out;
           int64_t out = w.size(0), in = w.size(1);
           Tensor g2 = g.reshape({-1, out}), x2 = x.reshape({-1, in});
           Tensor dx = need[0] ? matmul(g2, w).view(x.shape()) : Tensor();
@@ -53,6 +59,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                                  need[2] ? g2.sum(0) : Tensor()};          // (out)
         });
   return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_impl(x, weight, bias, false);
+}
+
+Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_impl(x, weight, bias, true);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {

@@ -244,8 +244,16 @@ Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const Atte
   return dropout1(self_attn(x, x, x, m));
 }
 
+// linear1, then the activation: with ReLU one op, max(0, ·) inside linear1's GEMM (through
+// call(), so that traces show linear1; not where linear1 has hooks, which must see its own
+// output: FSDP's, a user's).
+static Tensor first_linear(Linear& linear1, const Activation& activation, const Tensor& x) {
+  if (!activation.is_relu() || linear1.has_hooks()) return activation(linear1(x));
+  return linear1.call(x, [&] { return linear_relu(x, linear1.weight, linear1.bias); });
+}
+
 Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {
-  return dropout2(linear2(dropout(options.activation(linear1(x)))));
+  return dropout2(linear2(dropout(first_linear(linear1, options.activation, x))));
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMasks& masks) {
@@ -291,7 +299,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(int64_t d, int64_t n, Transform
 }
 
 Tensor TransformerDecoderLayer::feed_forward_block(const Tensor& x) {
-  return dropout3(linear2(dropout(options.activation(linear1(x)))));
+  return dropout3(linear2(dropout(first_linear(linear1, options.activation, x))));
 }
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,

@@ -41,13 +41,21 @@ class Activation {
 
   Tensor operator()(const Tensor& x) const { return fn_(x); }
   const std::string& name() const { return name_; }
+  // Activation::ReLU itself (not another callable named "relu"): the feed-forward then runs
+  // linear1 and the ReLU as one op, nn::linear_relu.
+  bool is_relu() const { return relu_; }
 
  private:
+  struct ReluTag {};
+  explicit Activation(ReluTag)
+      : fn_([](const Tensor& x) { return relu(x); }), name_("relu"), relu_(true) {}
+
   std::function<Tensor(const Tensor&)> fn_;
   std::string name_;
+  bool relu_ = false;
 };
 
-inline const Activation Activation::ReLU{[](const Tensor& x) { return relu(x); }, "relu"};
+inline const Activation Activation::ReLU{Activation::ReluTag{}};
 inline const Activation Activation::GELU{[](const Tensor& x) { return gelu(x); }, "gelu"};
 
 struct MultiheadAttentionOptions {

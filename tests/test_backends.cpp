@@ -103,7 +103,8 @@ TEST_CASE("backends: every op of the op table matches the CPU on every available
     // float32 in test_reduced_precision.cpp; here a GPU's against the CPU's, within a few
     // units of the 16-bit type: the two accumulate in different orders before rounding).
     std::vector<rg::DType> dtypes = c.flags.dtypes;
-    if (!c.flags.large) dtypes.insert(dtypes.end(), {rg::kBFloat16, rg::kFloat16});
+    if (!c.flags.large && c.flags.reduced_precision)
+      dtypes.insert(dtypes.end(), {rg::kBFloat16, rg::kFloat16});
     for (rg::DType dtype : dtypes) {
       const double tol = dtype == rg::kBFloat16 ? std::max(c.flags.tol, 0.05)
                          : dtype == rg::kFloat16 ? std::max(c.flags.tol, 0.01)

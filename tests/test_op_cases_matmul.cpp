@@ -1,6 +1,6 @@
 // test_op_cases_matmul.cpp — the op table's matmul cases (op_cases.h): 1-D and 2-D
 // forms, batched with broadcast batch dims, and transposed (non-contiguous)
-// operands, both as leaves and as views taken inside the call; addmm.
+// operands, both as leaves and as views taken inside the call; addmm, addmm_relu.
 #include "op_cases.h"
 
 namespace opcase {
@@ -14,6 +14,7 @@ std::vector<OpCase> matmul_cases() {
     return [a, b, c](Env& e) { return V{e.leaf(a), e.leaf(b), e.leaf(c)}; };
   };
   auto add_mm = [](const V& in) { return rg::addmm(in[0], in[1], in[2]); };
+  auto add_mm_relu = [](const V& in) { return rg::addmm_relu(in[0], in[1], in[2]); };
 
   return {
       {"matmul", shapes({5, 7}, {7, 3}), mm},
@@ -88,6 +89,14 @@ std::vector<OpCase> matmul_cases() {
        {.gradcheck = false}},
       {"addmm:float64", shapes3({17}, {33, 65}, {65, 17}), add_mm,
        {.gradcheck = false, .tol = 1e-10, .dtypes = {rg::kFloat64}}},
+
+      // ---- addmm_relu: the relu inside the GEMM with a bias vector, after it otherwise
+      {"addmm_relu:bias", shapes3({4}, {3, 5}, {5, 4}), add_mm_relu},
+      {"addmm_relu:linear", shapes3({4}, {3, 5}, {4, 5}),
+       [](const V& in) { return rg::addmm_relu(in[0], in[1], in[2].t()); }},
+      {"addmm_relu:full-input", shapes3({3, 4}, {3, 5}, {5, 4}), add_mm_relu},
+      {"addmm_relu:panels", shapes3({300}, {70, 40}, {40, 300}), add_mm_relu,
+       {.gradcheck = false, .reduced_precision = false}},
   };
 }
 

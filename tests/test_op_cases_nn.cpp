@@ -205,6 +205,13 @@ std::vector<OpCase> nn_cases() {
          return V{e.leaf({2, 3, 4}), e.leaf({2, 4}), e.leaf({2})};
        },
        [](const V& in) { return nn::linear(in[0], in[1], in[2]); }},
+      {"linear_relu", linear_in, [](const V& in) { return nn::linear_relu(in[0], in[1], in[2]); }},
+      {"linear_relu:no-bias", linear_in, [](const V& in) { return nn::linear_relu(in[0], in[1]); }},
+      {"linear_relu:3-D",
+       [](Env& e) {
+         return V{e.leaf({2, 3, 4}), e.leaf({2, 4}), e.leaf({2})};
+       },
+       [](const V& in) { return nn::linear_relu(in[0], in[1], in[2]); }},
 
       // ---- the fused Adam/AdamW update: in place, outside autograd, on copies of the
       // inputs; forward only.

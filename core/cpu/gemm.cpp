@@ -22,6 +22,7 @@
 #include "ringgrad/core/cpu/cpu_backend.h"
 #include "ringgrad/core/cpu/loops.h"
 #include "ringgrad/core/cpu/onednn/onednn.h"
+#include "ringgrad/core/kernel_math.h"
 #include "ringgrad/core/threads.h"
 
 namespace ringgrad::cpu {
@@ -163,19 +164,24 @@ void product_block(const GemmArgs& g, const T* a, const T* b, T* c, int64_t ldc,
     multiply(Eigen::Map<RowMajor<T>, 0, Stride>(c, rows, cols, Stride(ldc)));
 }
 
-// The block's rows += bias[c0, c0 + cols) (GemmArgs::bias), right after the block was
-// computed: it is still in cache, so the bias costs no pass of its own over C.
+// The block's rows += bias[c0, c0 + cols) (GemmArgs::bias), then max(0, ·) (GemmArgs::relu),
+// right after the block was computed: it is still in cache, so neither costs a pass of its
+// own over C.
 template <typename T>
-void add_bias(const GemmArgs& g, T* c, int64_t ldc, int64_t rows, int64_t c0, int64_t cols) {
-  if (!g.bias) return;
-  const T* bias = static_cast<const T*>(g.bias) + c0;
+void epilogue(const GemmArgs& g, T* c, int64_t ldc, int64_t rows, int64_t c0, int64_t cols) {
+  if (!g.bias && !g.relu) return;
+  const T* bias = static_cast<const T*>(g.bias);
   for (int64_t r = 0; r < rows; ++r) {
     T* cr = c + r * ldc;
-    for (int64_t j = 0; j < cols; ++j) cr[j] += bias[j];
+    if (bias)
+      for (int64_t j = 0; j < cols; ++j) cr[j] += bias[c0 + j];
+    if (g.relu)
+      for (int64_t j = 0; j < cols; ++j) cr[j] = math::relu(cr[j]);
   }
 }
 
-// C[rows r0:r1, cols c0:c1] of product i of the batch (and its bias), on the calling thread.
+// C[rows r0:r1, cols c0:c1] of product i of the batch (and its epilogue), on the calling
+// thread.
 template <typename T>
 void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   const T* a = static_cast<const T*>(g.a) + i * g.a_batch_stride + r0 * g.a_row_stride;
@@ -184,7 +190,7 @@ void gemm_block(const GemmArgs& g, int64_t i, int64_t r0, int64_t r1, int64_t c0
   T* c = static_cast<T*>(g.c) + i * g.c_batch_stride + r0 * ldc + c0;
   if (r1 <= r0 || c1 <= c0) return;
   product_block<T>(g, a, b, c, ldc, r1 - r0, c1 - c0);
-  add_bias<T>(g, c, ldc, r1 - r0, c0, c1 - c0);
+  epilogue<T>(g, c, ldc, r1 - r0, c0, c1 - c0);
 }
 
 // Work (multiply-adds) below which one GEMM stays on one thread: a 64×256×10
