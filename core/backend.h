@@ -200,8 +200,8 @@ class Backend {
   // S = Q·Kᵀ, online-softmax step and O += P̃·V (the three steps above and the GEMMs between
   // them), or the backward's P, dV, dS, dK, dQ — the score tile never written out. False
   // (nothing done) when it has none for this tile (dtype, head dims, a mask, dropout): the
-  // caller then runs the GEMMs and the row passes. The CPU has one for head dims up to 128
-  // (core/cpu/attention_fused.cpp).
+  // caller then runs the GEMMs and the row passes. The CPU has one for head dims 8 to 64
+  // and 128 (core/cpu/attention_fused.cpp).
   virtual bool attention_tile_fused_forward(const AttentionTileForward&) { return false; }
   virtual bool attention_tile_fused_backward(const AttentionTileBackward&) { return false; }
   // Whether the forward's (or the backward's) of the two above takes the tiles of a problem

@@ -104,9 +104,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // (n, p). A bias vector (p) is added inside the GEMM where the backend can (the CPU adds it
 // to each block of the product while that block is in cache): nn::linear's y = x·Wᵀ + b.
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b);
-// relu(addmm(input, a, b)) (torch's _addmm_activation): where the bias goes into the GEMM,
-// so does max(0, ·), applied to each block of the product while it is in cache — no pass
-// of its own over the output. nn::linear_relu's forward.
+// relu(addmm(input, a, b)) (torch's _addmm_activation): where the bias goes into the GEMM
+// (a bias vector, the CPU, float32 or float64), so does max(0, ·), applied to each block of
+// the product while it is in cache — no pass of its own over the output; elsewhere a relu
+// pass after. nn::linear_relu's forward.
 Tensor addmm_relu(const Tensor& input, const Tensor& a, const Tensor& b);
 
 // ---- indexing ----

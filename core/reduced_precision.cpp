@@ -218,6 +218,9 @@ class StagedBackend final : public Backend {
   void gemm(const GemmArgs& g) override {
     if (!is_reduced_precision(g.dtype) || inner_.native_reduced_precision(Kernel::Gemm))
       return inner_.gemm(g);
+    // (gemm_adds_bias is false here, so no caller set an epilogue: the staged paths below
+    // would apply it per inner block)
+    RG_ASSERT(!g.bias && !g.relu);
     if (g.batch * g.m * g.k <= kBlock && g.batch * g.k * g.n <= kBlock &&
         g.batch * g.m * g.n <= kBlock)
       return gemm_block(g);

@@ -17,9 +17,10 @@ namespace ringgrad::nn {
 
 // x (…, in) · weightᵀ (in, out) + bias (out) -> (…, out); bias may be undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
-// relu(linear(x, weight, bias)) as one op: the CPU applies max(0, ·) to each block of the
-// GEMM's output while it is in cache (addmm_relu), not in a pass of its own over the
-// output. The feed-forward of TransformerEncoderLayer / DecoderLayer with ReLU.
+// relu(linear(x, weight, bias)) as one op: with a bias, in float32 or float64 on the CPU,
+// max(0, ·) is applied to each block of the GEMM's output while it is in cache
+// (addmm_relu), not in a pass of its own over the output (elsewhere a relu pass after).
+// The feed-forward of TransformerEncoderLayer / DecoderLayer with ReLU.
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // While training: zero each element with probability p, scale the rest by 1/(1-p).

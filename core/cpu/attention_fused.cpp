@@ -1,5 +1,5 @@
 // attention_fused.cpp — blockwise attention in one fused pass per work item, for head
-// dims 8 to 128 (at 128 the backward only where causal: see preferred()).
+// dims 8, 16, 24, 32, 48, 64 and 128 (at 128 the backward only where causal: preferred()).
 //
 // The tile loop (core/ops_attention.cpp) computes a tile as GEMMs and row passes: S = Q·Kᵀ
 // written out, the online-softmax pass over it, then P̃·V. At head dim 16 or 32 that is slow
