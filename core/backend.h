@@ -164,8 +164,9 @@ class Backend {
                                 int64_t outer, int64_t r, int64_t inner, bool log) = 0;
 
   virtual void gemm(const GemmArgs& args) = 0;
-  // Whether gemm takes GemmArgs::bias (and GemmArgs::relu) at this dtype (else addmm adds it after, in its own
-  // pass over C). The CPU adds it to each block of C just computed, while it is in cache.
+  // Whether gemm takes GemmArgs::bias (and GemmArgs::relu) at this dtype (else addmm adds
+  // it after, in its own pass over C). The CPU adds it to each block of C just computed,
+  // while it is in cache.
   virtual bool gemm_adds_bias(DType) const { return false; }
 
   // Layer norm over the last dim of contiguous x (n, d); weight/bias (d) may be absent

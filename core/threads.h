@@ -22,8 +22,9 @@ std::string cpu_gemm_engine();
 // or dropout, in the forward (or with backward = true, the backward), causal or not:
 // "fused" (one kernel, the scores kept in registers: head dims 8, 16, 24, 32, 48, 64 and 128
 // on AVX-512, except 128's backward where not causal; core/cpu/attention_fused.cpp) or
-// "gemm" (GEMMs and row passes). RINGGRAD_CPU_ATTENTION=auto|fused|gemm: auto (the default) as above; fused takes
-// the fused kernel wherever it is compiled, on any CPU; gemm never.
+// "gemm" (GEMMs and row passes). RINGGRAD_CPU_ATTENTION=auto|fused|gemm: auto (the
+// default) as above; fused takes the fused kernel wherever it is compiled, on any CPU;
+// gemm never.
 std::string cpu_attention_kernel(int64_t d, int64_t dv, bool backward = false,
                                  bool causal = false);
 

@@ -661,9 +661,9 @@ bool preferred(const AttentionTile& t, int64_t d, Backend::Pass pass) {
 
 bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv, Backend::Pass pass) {
   const Route route = route_wanted();
-  if (route == Route::gemm || (route == Route::automatic && !(kWorthIt && preferred(t, d, pass))))
-    return false;
-  return t.dtype == kFloat32 && (!t.mask.data || t.mask.dtype == kFloat32) &&
+  const bool wanted =
+      route == Route::fused || (route == Route::automatic && kWorthIt && preferred(t, d, pass));
+  return wanted && t.dtype == kFloat32 && (!t.mask.data || t.mask.dtype == kFloat32) &&
          t.dropout_p == 0 && t.batch * t.heads == 1 && compiled(d, dv);
 }
 
