@@ -119,9 +119,10 @@ struct AttentionTileBackward {
   const void* lse = nullptr;   // (rows): the global log-sum-exp
   const void* out = nullptr;   // (rows, dv): the forward's output O
   const void* dsum = nullptr;  // (rows): rowsum(dO ⊙ O); null: the kernel computes it
-  void* dq = nullptr;          // (rows, d), added to
+  void* dq = nullptr;          // (rows, d), added to (dq_fresh: written)
   void* dk = nullptr;          // (cols, d), written: the column is every query
   void* dv_ = nullptr;         // (cols, dv), written (0 for keys no query sees)
+  bool dq_fresh = false;  // dq holds nothing yet (cols > 0): every row written, as if added to 0
 };
 
 class Backend {

@@ -482,21 +482,26 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   const Tensor out_read = P.fused ? as_read(out, true) : Tensor();
   const Tensor dsum =
       P.fused ? Tensor() : (dO * out).sum(-1).contiguous().view({P.pairs, s.tq});
+  const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
+  const int64_t k_blocks = (s.tk + bk - 1) / bk;
+  const int64_t groups = P.items_per_block;  // pair groups of np pairs
+  const int workers = P.plan.workers;
+  // The work split by pairs (below), or by key blocks when there are too few pairs
+  const bool by_pairs = workers == 1 || groups >= 4 * int64_t(workers) || groups % workers == 0;
   // (fused: each gradient laid out like its input, a projection's layout where q, k, v were.
   // The fused kernel writes a key block's dK and dV whole — its column is every query — so
-  // they start uninitialised; dQ, which every key block adds to, starts at zero.)
+  // they start uninitialised; so does dQ where one call takes all of a pair's key blocks
+  // (split by pairs) and writes it whole (dq_fresh). Else dQ, which every key block adds
+  // to, starts at zero.)
   auto grad_for = [&](const Tensor& like, int64_t w, bool added_to) {
     if (!P.fused) return zeros(like.shape(), opts);
     Tensor t = laid_out_like(like, w);
     if (added_to) t.zero_();
     return t;
   };
-  Tensor dq = grad_for(P.q, s.d, true), dk = grad_for(P.k, s.d, false),
+  const bool dq_written = P.fused && by_pairs && k_blocks > 0;
+  Tensor dq = grad_for(P.q, s.d, !dq_written), dk = grad_for(P.k, s.d, false),
          dv = grad_for(P.v, s.dv, false);
-  const int64_t bq = P.bq, bk = P.bk, np = P.plan.pairs_per_item;
-  const int64_t k_blocks = (s.tk + bk - 1) / bk;
-  const int64_t groups = P.items_per_block;  // pair groups of np pairs
-  const int workers = P.plan.workers;
   const bool dropout = options.dropout_p > 0;
   // Per worker, allocated once for the call: P, dP and (with dropout) the dropped-out P.
   const int64_t tile_elems = np * bq * bk, per_worker = tile_elems * (dropout ? 3 : 2);
@@ -505,7 +510,8 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   // Key blocks [jb, jb + nb) of pair group n0 (nb > 1 only on the fused route), all their
   // query blocks in order; dQ of the group's first pair at dq_n0 (pairs tq·d apart, rows
   // ldq apart).
-  auto column = [&](int64_t n0, int64_t jb, int64_t nb, void* dq_n0, int64_t ldq, int worker) {
+  auto column = [&](int64_t n0, int64_t jb, int64_t nb, void* dq_n0, int64_t ldq, bool dq_fresh,
+                    int worker) {
     RG_ASSERT(nb == 1 || P.fused);
     const int64_t j0 = jb * bk;
     void* probs = at_mut(scratch, worker * per_worker);
@@ -524,6 +530,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
       b.lse = block_ref(lse2, s.tq, n0, np, 0, s.tq).data;
       b.out = P.row_at(out_read, s.h, n0, 0);  // (dsum null: D from dout and out)
       b.dq = dq_n0;
+      b.dq_fresh = dq_fresh;
       b.dk = P.row_at(dk, s.h, n0, j0);
       b.dv_ = P.row_at(dv, s.h, n0, j0);
       RG_CHECK(be.attention_tile_fused_backward(b), kOp,
@@ -569,14 +576,14 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
     return P.fused ? dq.select(0, g / s.h).select(0, g % s.h)
                    : dq.view({P.pairs, s.tq, s.d}).narrow(0, g * np, np);
   };
-  if (workers == 1 || groups >= 4 * int64_t(workers) || groups % workers == 0) {
+  if (by_pairs) {
     be.attention_run(groups, P.plan, [&](int64_t g, int worker) {
       void* dq_g = P.row_at(dq, s.h, g * np, 0);
       // Fused: every key block in one call, so D is computed once; the kernel runs a pass
       // per block, in block order, and dQ gets the same sums as from a call per block.
       const int64_t per_call = P.fused ? k_blocks : 1;
       for (int64_t jb = 0; jb < k_blocks; jb += per_call)
-        column(g * np, jb, per_call, dq_g, P.row_stride(dq), worker);
+        column(g * np, jb, per_call, dq_g, P.row_stride(dq), dq_written, worker);
     });
   } else {
     // dQ of one pair group per item: (workers, np, tq, d), summed in item order.
@@ -585,7 +592,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
       parts.zero_();
       be.attention_run(workers, P.plan, [&](int64_t c, int worker) {
         for (int64_t jb = c; jb < k_blocks; jb += workers)
-          column(g * np, jb, 1, at_mut(parts, c * np * s.tq * s.d), s.d, worker);
+          column(g * np, jb, 1, at_mut(parts, c * np * s.tq * s.d), s.d, false, worker);
       });
       Tensor dq_g = dq_group(g);
       for (int64_t c = 0; c < workers; ++c) dq_g.add_(parts[c].view(dq_g.shape()));

@@ -28,12 +28,14 @@ double worst(const rg::Tensor& a, const rg::Tensor& b, double atol, double rtol)
   return ((x - y).abs() / ((y.abs() * rtol) + atol)).max().item();
 }
 
-// Leave NaN in the CPU allocator's cached blocks of `numel` float32 elements, so that an
-// output the kernel must write whole but skips (the fused backward's dK, dV start
-// uninitialised) shows up as NaN instead of reading a fresh page's zeros.
-void dirty_cached_blocks(int64_t numel) {
+// Leave NaN in the CPU allocator's cached blocks of q's and k's sizes (float32), so that
+// an output the kernel must write whole but skips (the fused backward's dK and dV start
+// uninitialised, and so does dQ where one call takes all of a head's keys) shows up as
+// NaN instead of reading a fresh page's zeros.
+void dirty_cached_blocks(const rg::Tensor& q, const rg::Tensor& k) {
   std::vector<rg::Tensor> junk;
-  for (int i = 0; i < 4; ++i) junk.push_back(rg::full({numel}, std::nan("")));
+  for (int64_t numel : {q.numel(), k.numel()})
+    for (int i = 0; i < 4; ++i) junk.push_back(rg::full({numel}, std::nan("")));
 }
 
 // Forward and backward in float32 against float64 on the same (rounded) inputs. With
@@ -59,7 +61,7 @@ void check_against_float64(int64_t heads, int64_t tq, int64_t tk, int64_t d,
   rg::Tensor finite_want = rg::where(hidden, rg::zeros_like(want.lse), want.lse);
   CHECK(worst(finite_got, finite_want, 1e-5, 1e-5) <= 1.0);
 
-  dirty_cached_blocks(k.numel());
+  dirty_cached_blocks(q, k);
   rg::AttentionGrads g = rg::attention_backward(q, k, v, got.out, got.lse, dout, o);
   rg::AttentionGrads h =
       rg::attention_backward(f64(q), f64(k), f64(v), want.out, want.lse, f64(dout), o);
@@ -204,18 +206,25 @@ TEST_CASE("attention fused: a negative scale, and scores far beyond exp's range"
 TEST_CASE("attention fused: hidden rows give 0 and lse = -inf; a NaN reaches the output") {
   rg::Tensor q = rg::uniform({1, 1, 20, 16}, -1, 1), k = rg::uniform({1, 1, 30, 16}, -1, 1),
              v = rg::uniform({1, 1, 30, 16}, -1, 1);
-  // Every key after every query: nothing visible.
-  rg::AttentionOutput r = rg::attention_forward(q, k, v, {.causal = true, .k_offset = 100});
-  CHECK(r.out.abs().max().item() == 0.0);
-  CHECK(count(r.lse == -kInf) == 20);
-  dirty_cached_blocks(k.numel());
-  rg::AttentionGrads g = rg::attention_backward(q, k, v, r.out, r.lse, rg::ones_like(r.out),
-                                                {.causal = true, .k_offset = 100});
-  CHECK(g.dq.abs().max().item() == 0.0);
-  CHECK(g.dk.abs().max().item() == 0.0);
-  CHECK(g.dv.abs().max().item() == 0.0);
-  // Keys 10… start where query 10 is: rows 0–9 see nothing, the rest a few keys.
-  check_against_float64(1, 20, 30, 16, {.causal = true, .k_offset = 10});
+  // Every key after every query: nothing visible. One head (on two threads the backward
+  // splits the key blocks and dQ starts at 0) and two (each head one call, which writes
+  // dQ's rows itself: 0 here).
+  for (int64_t heads : {1, 2}) {
+    CAPTURE(heads);
+    rg::Tensor qh = rg::uniform({1, heads, 20, 16}, -1, 1), kh = rg::uniform({1, heads, 30, 16}, -1, 1),
+               vh = rg::uniform({1, heads, 30, 16}, -1, 1);
+    rg::AttentionOutput r = rg::attention_forward(qh, kh, vh, {.causal = true, .k_offset = 100});
+    CHECK(r.out.abs().max().item() == 0.0);
+    CHECK(count(r.lse == -kInf) == 20 * heads);
+    dirty_cached_blocks(qh, kh);
+    rg::AttentionGrads g = rg::attention_backward(qh, kh, vh, r.out, r.lse, rg::ones_like(r.out),
+                                                  {.causal = true, .k_offset = 100});
+    CHECK(g.dq.abs().max().item() == 0.0);
+    CHECK(g.dk.abs().max().item() == 0.0);
+    CHECK(g.dv.abs().max().item() == 0.0);
+    // Keys 10… start where query 10 is: rows 0–9 see nothing, the rest a few keys.
+    check_against_float64(heads, 20, 30, 16, {.causal = true, .k_offset = 10});
+  }
 
   // A NaN in one query row makes that row NaN and leaves the others alone.
   rg::Tensor qn = q.clone();

@@ -393,8 +393,15 @@ void forward_item(const AttentionTileForward& a) {
       std::memset(g.ot, 0, sizeof g.ot);  // (Q̂ᵀ: at the group's first chunk, below)
       g.m = splat(-kInf), g.l = Vec{};
     }
+    // The pass's O rows, written at its end, owned for writing meanwhile: a slice per chunk
+    // (at 64 heads of T = 512 they are not in cache, and stores to 32 KB of absent lines at
+    // once stall the pass's end on memory).
+    const int64_t pass_rows = std::min<int64_t>(kGroups * kLanes, t.rows - b0);
+    const int chunks = int((keys + kChunk - 1) / kChunk);
     for (int64_t j0 = 0; j0 < keys; j0 += kChunk) {
       const int64_t chunk = std::min(kChunk, keys - j0);
+      const auto [o0, o1] = slice_of(pass_rows, int(j0 / kChunk), chunks);
+      prefetch_rows<DV, Ahead::write>(o, lo, b0 + o0, b0 + o1);
       const float* kc = packed(kbuf, k + j0 * lk, lk, chunk, D);  // rows D apart
       const float* vc = packed(vbuf, v + j0 * lv, lv, chunk, DV);  // rows DV apart
       // The groups that take this chunk: those after the ones whose keys end before it.
@@ -520,7 +527,13 @@ void backward_item(const AttentionTileBackward& a) {
   thread_local std::vector<Group> groups(kGroups);  // per thread, once (too big for the stack)
   constexpr int64_t R = kRows<D>;
   alignas(64) float p[R][kLanes], ds[R][kLanes], qbuf[R * D], obuf[R * DV], dqbuf[R * D];
+  // dq_fresh: dQ holds nothing yet, and the first pass writes it — 0 in the rows before the
+  // first query it sees, each chunk zeroed as it is taken — instead of the caller filling
+  // it with zeros first (a pass over the whole tensor in memory, ~2% of the backward at 64
+  // heads of T = 512).
+  RG_ASSERT(!a.dq_fresh || t.cols > 0);  // (a call without keys would write nothing)
   for (int64_t b0 = 0; b0 < t.cols; b0 += kGroups * kLanes) {
+    const bool fresh = a.dq_fresh && b0 == 0;
     const int ng = int(std::min<int64_t>(kGroups, (t.cols - b0 + kLanes - 1) / kLanes));
     int64_t first = t.rows;  // the first query any group of the pass sees
     for (int gi = 0; gi < ng; ++gi) {
@@ -534,6 +547,8 @@ void backward_item(const AttentionTileBackward& a) {
       std::memset(g.dkt, 0, sizeof g.dkt);  // (a group no query sees writes these zeros)
       std::memset(g.dvt, 0, sizeof g.dvt);
     }
+    if (fresh)  // rows no group of the first pass sees
+      for (int64_t r = 0; r < first; ++r) std::memset(dq + r * ldq, 0, D * sizeof(float));
     // A group's keys, read when the group takes its first chunk (the groups start in order,
     // later ones on the causal diagonal's later rows), with the next group's asked for.
     auto ready = [&](int gi) {
@@ -556,7 +571,9 @@ void backward_item(const AttentionTileBackward& a) {
       const int64_t rows = std::min(R, t.rows - i0);
       const float* qc = packed(qbuf, q + i0 * lq, lq, rows, D);       // rows D apart
       const float* oc = packed(obuf, dout + i0 * lo, lo, rows, DV);   // rows DV apart
-      float* dqc = packed(dqbuf, dq + i0 * ldq, ldq, rows, D);  // rows D apart; written back below
+      float* dqc = fresh ? (ldq == D ? dq + i0 * ldq : dqbuf)  // rows D apart; written back below
+                         : packed(dqbuf, dq + i0 * ldq, ldq, rows, D);
+      if (fresh) std::memset(dqc, 0, rows * D * sizeof(float));
       // The groups that take this chunk: those before the ones whose first query is past it.
       int taking = 0;
       while (taking < ng && groups[taking].first < i0 + rows) ++taking;
