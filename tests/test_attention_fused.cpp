@@ -211,7 +211,8 @@ TEST_CASE("attention fused: hidden rows give 0 and lse = -inf; a NaN reaches the
   // dQ's rows itself: 0 here).
   for (int64_t heads : {1, 2}) {
     CAPTURE(heads);
-    rg::Tensor qh = rg::uniform({1, heads, 20, 16}, -1, 1), kh = rg::uniform({1, heads, 30, 16}, -1, 1),
+    rg::Tensor qh = rg::uniform({1, heads, 20, 16}, -1, 1),
+               kh = rg::uniform({1, heads, 30, 16}, -1, 1),
                vh = rg::uniform({1, heads, 30, 16}, -1, 1);
     rg::AttentionOutput r = rg::attention_forward(qh, kh, vh, {.causal = true, .k_offset = 100});
     CHECK(r.out.abs().max().item() == 0.0);

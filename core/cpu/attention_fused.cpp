@@ -28,7 +28,8 @@
 // Q, dO, lse and D are read as they lie (row by row, a broadcast per element); only the
 // item's own 16 positions are transposed, once, and written back once at the end. D is
 // computed by the call itself from dO and O (row_dots), unless the caller passes it.
-// dK and dV are written whole: the item is its keys' whole column of queries.
+// dK and dV are written whole: the item is its keys' whole column of queries; dQ is added
+// to, or written where the call is the first to touch it (dq_fresh).
 // Features are taken 16 at a time (a head dim of 32 is two passes), so at most 16 vectors
 // of one operand are held at once and the compiler keeps them all in registers.
 // Every operand's rows lie a stride apart (AttentionRows, backend.h): a head split off a
@@ -167,7 +168,7 @@ Vec exp2_16(Vec x) {
 Vec log2_16(Vec x) {
   const IVec bits = (IVec)x;
   const IVec e = (bits - 0x3F3504F3) >> 23;  // 0x3F3504F3: the bits of √½
-  const Vec f = (Vec)(bits - (e << 23));      // x / 2^e
+  const Vec f = (Vec)(bits - (e << 23));     // x / 2^e
   const Vec u = (f - 1.0f) / (f + 1.0f), u2 = u * u;
   const Vec ln_f = 2.0f * u * (1.0f + u2 * (1.0f / 3 + u2 * (1.0f / 5 + u2 * (1.0f / 7 + u2 / 9))));
   return __builtin_convertvector(e, Vec) + ln_f * math::kLog2e;
