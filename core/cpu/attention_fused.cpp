@@ -527,11 +527,17 @@ void backward_item(const AttentionTileBackward& a) {
   const int64_t lv = row_stride(a.ld.v, DV), lo = row_stride(a.ld.o, DV);
   const int64_t ldq = row_stride(a.ld.dq, D), ldk = row_stride(a.ld.dk, D);
   const int64_t ldv = row_stride(a.ld.dv, DV);
-  if (!dsum) {  // D = rowsum(dO ⊙ O) for every query of the column, once per call
-    thread_local std::vector<float> rows_d;
+  // D = rowsum(dO ⊙ O), unless the caller passes it: computed by the first pass, a chunk at
+  // a time as it takes the chunk (its dO rows then in the L1 cache, its O rows asked for
+  // with the chunk's other rows), not by a sweep over the column before the passes, which
+  // nothing overlaps (at 64 heads of T = 512 each head's O and dO stream from memory). The
+  // first pass sees every query a later one does (causal: later passes' keys start later).
+  const bool own_d = !dsum;
+  const float* out = static_cast<const float*>(a.out);
+  const int64_t lout = row_stride(a.ld.out, DV);
+  thread_local std::vector<float> rows_d;
+  if (own_d) {
     rows_d.resize(size_t(std::max<int64_t>(t.rows, 1)));
-    row_dots<DV>(rows_d.data(), dout, lo, static_cast<const float*>(a.out),
-                 row_stride(a.ld.out, DV), t.rows);
     dsum = rows_d.data();
   }
   constexpr int kWidths = (D + kLanes - 1) / kLanes;  // dQ's features, 16 at a time
@@ -598,6 +604,7 @@ void backward_item(const AttentionTileBackward& a) {
       prefetch_rows<DV>(dv, ldv, b0 + k0, b0 + k1);
       const float* qc = packed(qbuf, q + i0 * lq, lq, rows, D);       // rows D apart
       const float* oc = packed(obuf, dout + i0 * lo, lo, rows, DV);   // rows DV apart
+      if (own_d && b0 == 0) row_dots<DV>(rows_d.data() + i0, oc, DV, out + i0 * lout, lout, rows);
       float* dqc = fresh ? (ldq == D ? dq + i0 * ldq : dqbuf)  // rows D apart; written back below
                          : packed(dqbuf, dq + i0 * ldq, ldq, rows, D);
       if (fresh) std::memset(dqc, 0, rows * D * sizeof(float));
@@ -611,6 +618,7 @@ void backward_item(const AttentionTileBackward& a) {
         prefetch_rows<D>(q, lq, i0 + R + p0, i0 + R + p1);
         prefetch_rows<DV>(dout, lo, i0 + R + p0, i0 + R + p1);
         prefetch_rows<D, Ahead::write>(dq, ldq, i0 + R + p0, i0 + R + p1);
+        if (own_d && b0 == 0) prefetch_rows<DV>(out, lout, i0 + R + p0, i0 + R + p1);
         if (!g.ready) ready(gi);
         const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
         const int64_t ni = rows - skip, r0 = i0 + skip;  // rows [r0, r0 + ni) of the column
