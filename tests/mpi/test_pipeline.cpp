@@ -113,7 +113,19 @@ void check_training(par::Communicator& pp) {
     Batch b = batch(step);
     a.zero_grad(), s.zero_grad();
     mse((*plain)(b.x), b.y).backward();
+    if (step == 0) rg::trace::start("pipeline-trace-test.json", rank, N);
     pipe.forward_backward(b.x, b.y, mse);
+    if (step == 0) {  // each micro-batch's forward and backward, a span each on every stage
+      std::FILE* f = std::fopen(rg::trace::stop().c_str(), "rb");
+      std::string json;
+      for (int c; f && (c = std::fgetc(f)) != EOF;) json += char(c);
+      if (f) std::fclose(f);
+      for (const char* pass : {"F", "B"})
+        for (int m = 0; m < 4; ++m) {
+          const std::string span = std::string("\"name\":\"") + pass + std::to_string(m) + "\"";
+          check(json.find(span) != std::string::npos, "the trace has the span " + span);
+        }
+    }
     a.step(), s.step();
   }
   double worst = 0;
