@@ -557,7 +557,8 @@ void backward_item(const AttentionTileBackward& a) {
   // heads of T = 512).
   RG_ASSERT(!a.dq_fresh || t.cols > 0);  // (a call without keys would write nothing)
   for (int64_t b0 = 0; b0 < t.cols; b0 += kGroups * kLanes) {
-    const bool fresh = a.dq_fresh && b0 == 0;
+    const bool fresh = a.dq_fresh && b0 == 0;  // this pass writes dQ rather than adds to it
+    const bool finds_d = own_d && b0 == 0;     // this pass computes D
     const int ng = int(std::min<int64_t>(kGroups, (t.cols - b0 + kLanes - 1) / kLanes));
     int64_t first = t.rows;  // the first query any group of the pass sees
     for (int gi = 0; gi < ng; ++gi) {
@@ -604,7 +605,7 @@ void backward_item(const AttentionTileBackward& a) {
       prefetch_rows<DV>(dv, ldv, b0 + k0, b0 + k1);
       const float* qc = packed(qbuf, q + i0 * lq, lq, rows, D);       // rows D apart
       const float* oc = packed(obuf, dout + i0 * lo, lo, rows, DV);   // rows DV apart
-      if (own_d && b0 == 0) row_dots<DV>(rows_d.data() + i0, oc, DV, out + i0 * lout, lout, rows);
+      if (finds_d) row_dots<DV>(rows_d.data() + i0, oc, DV, out + i0 * lout, lout, rows);
       float* dqc = fresh ? (ldq == D ? dq + i0 * ldq : dqbuf)  // rows D apart; written back below
                          : packed(dqbuf, dq + i0 * ldq, ldq, rows, D);
       if (fresh) std::memset(dqc, 0, rows * D * sizeof(float));
@@ -618,7 +619,7 @@ void backward_item(const AttentionTileBackward& a) {
         prefetch_rows<D>(q, lq, i0 + R + p0, i0 + R + p1);
         prefetch_rows<DV>(dout, lo, i0 + R + p0, i0 + R + p1);
         prefetch_rows<D, Ahead::write>(dq, ldq, i0 + R + p0, i0 + R + p1);
-        if (own_d && b0 == 0) prefetch_rows<DV>(out, lout, i0 + R + p0, i0 + R + p1);
+        if (finds_d) prefetch_rows<DV>(out, lout, i0 + R + p0, i0 + R + p1);
         if (!g.ready) ready(gi);
         const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
         const int64_t ni = rows - skip, r0 = i0 + skip;  // rows [r0, r0 + ni) of the column
