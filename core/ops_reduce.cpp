@@ -121,7 +121,7 @@ static Tensor extreme(ReduceOp op, const char* name, const Tensor& x, const Dims
   if (autograd::needs_grad({&x}))
     autograd::record(
         name, out, {&x},
-        [x = x.detach(), y = out.detach(), k = p.keep_shape, dims, name](const Tensor& g) {
+        [x = x.detach(), y = out.detach(), k = p.keep_shape, dims](const Tensor& g) {
           Tensor hit = eq(x, y.reshape(k)).to(g.dtype());
           Tensor count = sum(hit, dims, true);
           return Grads{mul(hit, div(g.reshape(k), count))};

@@ -142,7 +142,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
     Tensor q = eps > 0 ? t * (1.0 - eps) + eps / double(c) : t;
     Tensor prod = log_softmax(x, 1) * q;
     if (w.defined()) prod = prod * w;
-    loss = -prod.sum({1});  // Mean: over the samples, whatever the weights (as torch)
+    loss = -prod.sum(1);  // Mean: over the samples, whatever the weights (as torch)
   } else if (!w.defined()) {
     loss = cross_entropy_per_sample(x, t, eps, options.ignore_index);
     if (options.reduction == Reduction::Mean)  // over the samples that count, like PyTorch
@@ -156,10 +156,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
         t == full({}, double(options.ignore_index), {.dtype = kInt64, .device = t.device()});
     Tensor onehot = (t.unsqueeze(1) == arange(double(c), {.dtype = kInt64, .device = t.device()}))
                         .to(logits.dtype());                       // (M, C)
-    Tensor wy = masked_fill((onehot * w).sum({1}), ignored, 0.0);  // w[y_i], 0 where ignored
+    Tensor wy = masked_fill((onehot * w).sum(1), ignored, 0.0);  // w[y_i], 0 where ignored
     loss = wy * nll;
     if (eps > 0) {
-      Tensor smooth = masked_fill(-(log_softmax(x, 1) * w).sum({1}), ignored, 0.0);
+      Tensor smooth = masked_fill(-(log_softmax(x, 1) * w).sum(1), ignored, 0.0);
       loss = loss * (1.0 - eps) + smooth * (eps / double(c));
     }
     if (options.reduction == Reduction::Mean) count = wy.sum();  // torch's mean over weights

@@ -111,6 +111,11 @@ class MultiheadAttention : public Module {
   Linear out_proj;
 
  private:
+  // Module's one-input forward(x), out of reach: mha.forward(x) stays a compile error, as it
+  // was while the overloads above hid it, and compilers that warn about the hiding (clang's
+  // -Woverloaded-virtual) see that it is meant. (So in the classes below.)
+  using Module::forward;
+
   struct Heads {
     Tensor q, k, v;  // (B, H, T, D); k, v (B, kv_heads, T, D)
     Tensor mask;     // additive, broadcastable to (B, H, Tq, Tk); undefined if none
@@ -170,6 +175,7 @@ class TransformerDecoderLayer : public Module {
   LayerNorm norm1, norm2, norm3;
 
  private:
+  using Module::forward;  // (as in MultiheadAttention)
   Tensor feed_forward_block(const Tensor& x);
 };
 
@@ -199,6 +205,9 @@ class TransformerDecoder : public TransformerStack<TransformerDecoderLayer> {
   TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
                      bool final_norm = false);
   Tensor forward(const Tensor& tgt, const Tensor& memory, const DecoderMasks& masks = {});
+
+ private:
+  using Module::forward;  // (as in MultiheadAttention)
 };
 
 struct TransformerOptions {
@@ -227,6 +236,9 @@ class Transformer : public Module {
   TransformerOptions options;
   std::unique_ptr<TransformerEncoder> encoder;
   std::unique_ptr<TransformerDecoder> decoder;
+
+ private:
+  using Module::forward;  // (as in MultiheadAttention)
 };
 
 // (sz, sz) float mask: 0 on and below the diagonal, −∞ above (a query never sees later keys).
