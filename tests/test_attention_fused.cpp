@@ -234,6 +234,23 @@ TEST_CASE("attention fused: hidden rows give 0 and lse = -inf; a NaN reaches the
   rg::Tensor nan_per_row = (n.out != n.out).to(rg::kFloat64).sum(-1).view({20});
   CHECK(nan_per_row.select(0, 3).item() == 16);
   CHECK(nan_per_row.sum().item() == 16);
+
+  // The kernel's per-thread scratch carries nothing from one call to the next: on one thread,
+  // a call that leaves NaN in it, then one where no query sees a key, still gives 0.
+  const int saved_threads = rg::get_num_threads();
+  rg::set_num_threads(1);
+  rg::Tensor all_nan = rg::full({1, 1, 20, 16}, std::nan(""));
+  rg::AttentionOutput after = rg::attention_forward(all_nan, all_nan, all_nan);
+  CHECK(count(after.out != after.out) == 20 * 16);
+  after = rg::attention_forward(q, k, v, {.causal = true, .k_offset = 100});
+  CHECK(after.out.abs().max().item() == 0.0);
+  rg::AttentionGrads g_after = rg::attention_backward(all_nan, all_nan, all_nan, after.out, after.lse,
+                                                      rg::ones_like(after.out));
+  g_after = rg::attention_backward(q, k, v, after.out, after.lse, rg::ones_like(after.out),
+                                   {.causal = true, .k_offset = 100});
+  CHECK(g_after.dk.abs().max().item() == 0.0);
+  CHECK(g_after.dv.abs().max().item() == 0.0);
+  rg::set_num_threads(saved_threads);
 }
 
 TEST_CASE("attention fused: float32 through scaled_dot_product_attention with autograd") {

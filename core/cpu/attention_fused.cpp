@@ -183,7 +183,8 @@ void for_each_width(F&& f) {
 }
 
 // Rows [0, n) of x (row stride ld, n ≤ 16), D features, into t[c] lane i = scale·x[i, c];
-// lanes past n are 0. And back: x[i, c] = scale·t[c] lane i for i < n.
+// lanes past n are 0. And back: x[i, c] = scale[i]·t[c] lane i for i < n (a factor per
+// lane, each position's own: the forward's 1/l per query).
 // 16 features at a time, as a 16 × 16 block transposed in registers: 64 two-vector
 // shuffles for 256 floats (with AVX-512 each one instruction: vunpck*, vshuff32x4),
 // instead of 256 scalar moves. Left out, the scalar moves were worth 4–6% of the forward
@@ -237,12 +238,12 @@ void transpose_in(float (&t)[D][kLanes], const float* x, int64_t ld, int n, floa
   });
 }
 template <int D>
-void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, float scale) {
+void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, Vec scale) {
   for_each_width<D>([&]<int W>(int c0) {
     Vec r[kLanes];
-    for (int c = 0; c < kLanes; ++c) r[c] = c < W ? load(t[c0 + c]) : Vec{};
+    for (int c = 0; c < kLanes; ++c) r[c] = c < W ? load(t[c0 + c]) * scale : Vec{};
     transpose16(r);
-    for (int i = 0; i < n; ++i) store_n(x + i * ld + c0, r[i] * scale, W);
+    for (int i = 0; i < n; ++i) store_n(x + i * ld + c0, r[i], W);
   });
 }
 
@@ -270,16 +271,17 @@ void lane_dots(float (*out)[kLanes], const float* a, int64_t lda, int64_t nr,
   });
 }
 
-// acc[c] += Σ_r w[r]·x[r, c] for r < nr, c < D: acc (D, 16) transposed, x (nr, D) row-major
-// with rows ldx apart.
+// acc[c] = factor·acc[c] + Σ_r w[r]·x[r, c] for r < nr, c < D: acc (D, 16) transposed, x
+// (nr, D) row-major with rows ldx apart. fresh: acc holds nothing yet (not even zeros) and
+// is written, not added to — the item's first chunk, which so needs no zeroing pass.
 // The forward's Oᵀ += P̃ᵀ·V (lanes: queries), the backward's dVᵀ += Pᵀ·dO and dKᵀ += dSᵀ·Q
 // (lanes: keys).
 template <int D>
 void lane_accumulate(float (&acc)[D][kLanes], const float (*w)[kLanes], const float* x,
-                     int64_t ldx, int64_t nr, Vec factor = splat(1.0f)) {
+                     int64_t ldx, int64_t nr, bool fresh, Vec factor = splat(1.0f)) {
   for_each_width<D>([&]<int W>(int c0) {
     Vec a[W];
-    for (int c = 0; c < W; ++c) a[c] = load(acc[c0 + c]) * factor;
+    for (int c = 0; c < W; ++c) a[c] = fresh ? Vec{} : load(acc[c0 + c]) * factor;
     for (int64_t r = 0; r < nr; ++r) {
       const Vec wr = load(w[r]);
       const float* xr = x + r * ldx + c0;
@@ -405,7 +407,9 @@ void forward_item(const AttentionTileForward& a) {
       g.diag = t.row_pos + g.g0 - t.col_pos;
       g.keys = t.causal ? std::clamp<int64_t>(g.diag + g.nq, 0, t.cols) : t.cols;
       keys = std::max(keys, g.keys);
-      std::memset(g.ot, 0, sizeof g.ot);  // (Q̂ᵀ: at the group's first chunk, below)
+      // Oᵀ and Q̂ᵀ: written by the group's first chunk, below; a group that sees no key
+      // takes none, and writes zeros
+      if (g.keys == 0) std::memset(g.ot, 0, sizeof g.ot);
       g.m = splat(-kInf), g.l = Vec{};
     }
     // The pass's O rows, written at its end, owned for writing meanwhile: a slice per chunk
@@ -461,15 +465,14 @@ void forward_item(const AttentionTileForward& a) {
         const Vec correction = exp2_16(g.m - m_use);  // 0 on the row's first keys (m = −∞)
         g.l = g.l * correction + sum;
         g.m = m_new;
-        lane_accumulate<DV>(g.ot, s, vc, DV, nk, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
+        lane_accumulate<DV>(g.ot, s, vc, DV, nk, j0 == 0, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
       }
     }
     for (int gi = 0; gi < ng; ++gi) {
       Group& g = groups[gi];
       // O = Oᵀ / l (0 where the row saw no key: l = 0), lse = ln 2·(m + log2 l) (−∞ there)
       const Vec inv = g.l > 0.0f ? 1.0f / g.l : Vec{};
-      for (int c = 0; c < DV; ++c) store(g.ot[c], load(g.ot[c]) * inv);
-      transpose_out(g.ot, o + g.g0 * lo, lo, g.nq, 1.0f);
+      transpose_out(g.ot, o + g.g0 * lo, lo, g.nq, inv);
       alignas(64) float ml[2][kLanes], lg[kLanes];
       store(ml[0], g.m), store(ml[1], g.l), store(lg, kLn2 * (g.m + log2_16(g.l)));
       for (int i = 0; i < g.nq; ++i) {  // (l is ≥ 1 where the row saw a key, 0 where none)
@@ -568,9 +571,7 @@ void backward_item(const AttentionTileBackward& a) {
       g.diag = t.row_pos - t.col_pos - g.kg0;
       g.first = t.causal ? std::clamp<int64_t>(-g.diag, 0, t.rows) : 0;
       first = std::min(first, g.first);
-      g.ready = false;  // K̂ᵀ, Vᵀ, K̂'s rows: at the group's first chunk, below
-      std::memset(g.dkt, 0, sizeof g.dkt);  // (a group no query sees writes these zeros)
-      std::memset(g.dvt, 0, sizeof g.dvt);
+      g.ready = false;  // K̂ᵀ, Vᵀ, K̂'s rows, dKᵀ, dVᵀ: at the group's first chunk, below
     }
     if (fresh)  // rows no group of the first pass sees
       for (int64_t r = 0; r < first; ++r) std::memset(dq + r * ldq, 0, D * sizeof(float));
@@ -620,7 +621,8 @@ void backward_item(const AttentionTileBackward& a) {
         prefetch_rows<DV>(dout, lo, i0 + R + p0, i0 + R + p1);
         prefetch_rows<D, Ahead::write>(dq, ldq, i0 + R + p0, i0 + R + p1);
         if (finds_d) prefetch_rows<DV>(out, lout, i0 + R + p0, i0 + R + p1);
-        if (!g.ready) ready(gi);
+        const bool first_chunk = !g.ready;  // dKᵀ, dVᵀ written, not added to
+        if (first_chunk) ready(gi);
         const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
         const int64_t ni = rows - skip, r0 = i0 + skip;  // rows [r0, r0 + ni) of the column
         const float* qi = qc + skip * D;
@@ -640,8 +642,8 @@ void backward_item(const AttentionTileBackward& a) {
         lane_dots<DV>(ds, oi, DV, ni, g.vt);
         for (int64_t i = 0; i < ni; ++i) store(ds[i], load(p[i]) * (load(ds[i]) - dsum[r0 + i]));
         // dVᵀ += Pᵀ·dO_i;  dKᵀ += dSᵀ·Q_i (scaled below)
-        lane_accumulate<DV>(g.dvt, p, oi, DV, ni);
-        lane_accumulate<D>(g.dkt, ds, qi, D, ni);
+        lane_accumulate<DV>(g.dvt, p, oi, DV, ni, first_chunk);
+        lane_accumulate<D>(g.dkt, ds, qi, D, ni, first_chunk);
         // dQ_i += dS·K̂, 16 features at a time, K̂'s rows held in registers
         for (int w = 0; w < kWidths; ++w) {
           const int c0 = w * kLanes, width = std::min(kLanes, D - c0);
@@ -663,9 +665,13 @@ void backward_item(const AttentionTileBackward& a) {
           std::memcpy(dq + (i0 + r) * ldq, dqbuf + r * D, D * sizeof(float));
     }
     for (int gi = 0; gi < ng; ++gi) {  // the whole column: written
-      const Group& g = groups[gi];
-      transpose_out(g.dkt, dk + g.kg0 * ldk, ldk, g.nk, scale);
-      transpose_out(g.dvt, dv + g.kg0 * ldv, ldv, g.nk, 1.0f);
+      Group& g = groups[gi];
+      if (!g.ready) {  // no query sees these keys: their gradients are 0
+        std::memset(g.dkt, 0, sizeof g.dkt);
+        std::memset(g.dvt, 0, sizeof g.dvt);
+      }
+      transpose_out(g.dkt, dk + g.kg0 * ldk, ldk, g.nk, splat(scale));
+      transpose_out(g.dvt, dv + g.kg0 * ldv, ldv, g.nk, splat(1.0f));
     }
   }
 }
