@@ -45,6 +45,7 @@
 // passes, up to the order of float additions and exp's last bit
 // (tests/test_attention_fused.cpp).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -79,11 +80,18 @@ constexpr bool kWorthIt = false;         // a vector is 2–4 registers: the GEM
 
 using Vec = float __attribute__((vector_size(64)));     // 16 floats
 using IVec = int32_t __attribute__((vector_size(64)));  // 16 ints, or lane masks (−1 or 0)
+using LaneRows = float (*)[16];  // rows of 16 lanes: a transposed operand, or one per position
+using ConstLaneRows = const float (*)[16];
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kLn2 = 0.693147181f;
 
 Vec splat(float x) { return Vec{} + x; }
+// x in every lane, for a value read from memory and used more than once: one broadcast
+// load (splat's 0 + x may not be folded away, since 0 + −0 is +0).
+[[gnu::always_inline]] inline Vec broadcast(const float* x) {
+  return Vec{*x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x};
+}
 Vec load(const float* p) {
   Vec v;
   std::memcpy(&v, p, sizeof v);
@@ -277,7 +285,7 @@ void lane_dots(float (*out)[kLanes], const float* a, int64_t lda, int64_t nr,
 // The forward's Oᵀ += P̃ᵀ·V (lanes: queries), the backward's dVᵀ += Pᵀ·dO and dKᵀ += dSᵀ·Q
 // (lanes: keys).
 template <int D>
-void lane_accumulate(float (&acc)[D][kLanes], const float (*w)[kLanes], const float* x,
+void lane_accumulate(float (*acc)[kLanes], const float (*w)[kLanes], const float* x,
                      int64_t ldx, int64_t nr, bool fresh, Vec factor = splat(1.0f)) {
   for_each_width<D>([&]<int W>(int c0) {
     Vec a[W];
@@ -289,6 +297,119 @@ void lane_accumulate(float (&acc)[D][kLanes], const float (*w)[kLanes], const fl
     }
     for (int c = 0; c < W; ++c) store(acc[c0 + c], a[c]);
   });
+}
+
+// The forward's two loops again, for one group or two at once (G = 1, 2), as the forward
+// runs its groups: in pairs where both take the chunk. The loops above broadcast an element
+// of a row for a single FMA: with AVX-512 a core sustains less than two loads a cycle beside
+// its two FMAs, so a loop of one load per FMA runs at ~0.86 of the FMA peak, and then every
+// other load (the partial sums, the weights) comes on top. Two groups share each broadcast:
+// at d = 128, 24 keys, data in the L1 cache, the dots ran at 0.90–0.93 of the peak against
+// 0.78–0.79 for the two groups one after the other, the accumulation at 0.79–0.80 against
+// 0.74–0.76.
+// Each sum is accumulated in the same order for G = 1 and 2: a group's numbers are the same
+// bits paired or alone.
+template <int G>
+using Each = std::array<LaneRows, G>;
+template <int G>
+using EachConst = std::array<ConstLaneRows, G>;
+
+// out_g[r] = Σ_c bt_g[c]·a[r, c] for r < nr, each sum one chain over c in order: J rows at a
+// time, their J·G sums in registers over all D features, a[r, c] broadcast once for the G.
+template <int D, int G, int J>
+[[gnu::always_inline]] inline void group_dots_tile(const Each<G>& out, const float* a,
+                                                   int64_t lda, int64_t r0,
+                                                   const EachConst<G>& bt) {
+  Vec sum[J][G];
+  for (int j = 0; j < J; ++j)
+    for (int g = 0; g < G; ++g) sum[j][g] = Vec{};
+  for (int c = 0; c < D; ++c) {
+    Vec b[G];
+    for (int g = 0; g < G; ++g) b[g] = load(bt[g][c]);
+    for (int j = 0; j < J; ++j) {
+      const Vec x = broadcast(a + (r0 + j) * lda + c);
+      for (int g = 0; g < G; ++g) sum[j][g] += b[g] * x;
+    }
+  }
+  for (int j = 0; j < J; ++j)
+    for (int g = 0; g < G; ++g) store(out[g][r0 + j], sum[j][g]);
+}
+template <int D, int G>
+void group_dots(const Each<G>& out, const float* a, int64_t lda, int64_t nr,
+                const EachConst<G>& bt) {
+  int64_t r = 0;
+  for (; r + 8 <= nr; r += 8) group_dots_tile<D, G, 8>(out, a, lda, r, bt);
+  for (; r + 4 <= nr; r += 4) group_dots_tile<D, G, 4>(out, a, lda, r, bt);
+  for (; r < nr; ++r) group_dots_tile<D, G, 1>(out, a, lda, r, bt);
+}
+
+// acc_g[c] = factor_g·acc_g[c] + Σ_r w_g[r]·x[r, c] for r < nr, c < D (fresh_g: acc_g holds
+// nothing yet), each sum in r order as lane_accumulate's: one group is lane_accumulate; two
+// take 8 features of both at a time, x[r, c] broadcast once for the two.
+template <int D, int G>
+void group_accumulate(const Each<G>& acc, const EachConst<G>& w, const float* x, int64_t ldx,
+                      int64_t nr, const std::array<bool, G>& fresh,
+                      const std::array<Vec, G>& factor) {
+  if constexpr (G == 1) {
+    lane_accumulate<D>(acc[0], w[0], x, ldx, nr, fresh[0], factor[0]);
+  } else {
+    constexpr int C = 8;
+    static_assert(D % C == 0, "the head dims compiled are multiples of 8");
+    for (int c0 = 0; c0 < D; c0 += C) {
+      Vec a[C][G];
+      for (int c = 0; c < C; ++c)
+        for (int g = 0; g < G; ++g) a[c][g] = fresh[g] ? Vec{} : load(acc[g][c0 + c]) * factor[g];
+      for (int64_t r = 0; r < nr; ++r) {
+        Vec wr[G];
+        for (int g = 0; g < G; ++g) wr[g] = load(w[g][r]);
+        for (int c = 0; c < C; ++c) {
+          const Vec xc = broadcast(x + r * ldx + c0 + c);
+          for (int g = 0; g < G; ++g) a[c][g] += wr[g] * xc;
+        }
+      }
+      for (int c = 0; c < C; ++c)
+        for (int g = 0; g < G; ++g) store(acc[g][c0 + c], a[c][g]);
+    }
+  }
+}
+
+// x[i, ·] += Σ_j w[i][j]·rows[·][j] for i < n: x (n, D) row-major, rows D apart; rows
+// (D/16 blocks × 16 rows × 16 features) the 16 positions' rows, 16 features at a time —
+// the backward's dQ_i += dS·K̂ (w: dS, lanes keys; rows: K̂'s).
+// As a GEMM's inner kernel does it: a tile of 4 rows of x × 4 blocks of 16 features (16
+// sums) held in registers over the 16 positions, each w[i][j] broadcast once for 4 blocks
+// and each rows[b][j] loaded once for 4 rows: 8 loads per 16 FMAs. (Row by row, each
+// w[i][j] broadcast for one FMA, a load per FMA: with AVX-512 a core sustains less than
+// two loads a cycle beside its two FMAs, so such a loop runs at ~0.86 of the FMA peak.)
+constexpr int block_width(int d, int b) { return std::min(kLanes, d - b * kLanes); }
+template <int D, int I, int B>
+[[gnu::always_inline]] inline void rows_accumulate_tile(
+    float* x, const float (*w)[kLanes], int b0,
+    const float (&rows)[(D + kLanes - 1) / kLanes][kLanes][kLanes]) {
+  Vec acc[I][B];
+  for (int i = 0; i < I; ++i)
+    for (int b = 0; b < B; ++b) acc[i][b] = load_n(x + i * D + (b0 + b) * kLanes, block_width(D, b0 + b));
+  for (int j = 0; j < kLanes; ++j) {
+    Vec wi[I];
+    for (int i = 0; i < I; ++i) wi[i] = broadcast(&w[i][j]);
+    for (int b = 0; b < B; ++b) {
+      const Vec r = load(rows[b0 + b][j]);
+      for (int i = 0; i < I; ++i) acc[i][b] += wi[i] * r;
+    }
+  }
+  for (int i = 0; i < I; ++i)
+    for (int b = 0; b < B; ++b) store_n(x + i * D + (b0 + b) * kLanes, acc[i][b], block_width(D, b0 + b));
+}
+template <int D>
+void rows_accumulate(float* x, const float (*w)[kLanes], int64_t n,
+                     const float (&rows)[(D + kLanes - 1) / kLanes][kLanes][kLanes]) {
+  constexpr int kBlocks = (D + kLanes - 1) / kLanes;
+  constexpr int B = kBlocks % 4 == 0 ? 4 : kBlocks % 3 == 0 ? 3 : kBlocks % 2 == 0 ? 2 : 1;
+  for (int b0 = 0; b0 < kBlocks; b0 += B) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) rows_accumulate_tile<D, 4, B>(x + i * D, w + i, b0, rows);
+    for (; i < n; ++i) rows_accumulate_tile<D, 1, B>(x + i * D, w + i, b0, rows);
+  }
 }
 
 // Causal, lanes as positions: lane ℓ of row r is visible iff ℓ ≤ r + diag (and ℓ < lanes).
@@ -396,7 +517,7 @@ void forward_item(const AttentionTileForward& a) {
   };
   thread_local std::vector<Group> groups(kGroups);  // per thread, once (too big for the stack)
   constexpr int64_t kChunk = kKeys<D>;
-  alignas(64) float s[kChunk][kLanes], kbuf[kChunk * D], vbuf[kChunk * DV];
+  alignas(64) float s[2][kChunk][kLanes], kbuf[kChunk * D], vbuf[kChunk * DV];
   for (int64_t b0 = 0; b0 < t.rows; b0 += kGroups * kLanes) {
     const int ng = int(std::min<int64_t>(kGroups, (t.rows - b0 + kLanes - 1) / kLanes));
     int64_t keys = 0;  // the most any group of the pass sees
@@ -427,45 +548,81 @@ void forward_item(const AttentionTileForward& a) {
       int taking = 0;
       while (taking < ng && groups[taking].keys <= j0) ++taking;  // (the last group's: keys)
       const int64_t next = std::clamp<int64_t>(keys - j0 - kChunk, 0, kChunk);  // its keys
-      for (int gi = taking; gi < ng; ++gi) {
-        Group& g = groups[gi];
-        const auto [p0, p1] = slice_of(next, gi - taking, ng - taking);
-        prefetch_rows<D>(k, lk, j0 + kChunk + p0, j0 + kChunk + p1);
-        prefetch_rows<DV>(v, lv, j0 + kChunk + p0, j0 + kChunk + p1);
-        if (j0 == 0) {  // the group's first chunk: its queries read, the next group's asked for
-          if (gi + 1 < ng) {
-            const Group& h = groups[gi + 1];
-            prefetch_rows<D, Ahead::soon>(q, lq, h.g0, h.g0 + h.nq);
+      // The chunk for G groups from g_first on (G = 2: both take it; the first's keys end no
+      // later than the second's).
+      auto take = [&]<int G>(int g_first) {
+        std::array<Group*, G> gs;
+        std::array<int64_t, G> nk;
+        for (int u = 0; u < G; ++u) {
+          const int gi = g_first + u;
+          Group& g = *(gs[u] = &groups[gi]);
+          const auto [p0, p1] = slice_of(next, gi - taking, ng - taking);
+          prefetch_rows<D>(k, lk, j0 + kChunk + p0, j0 + kChunk + p1);
+          prefetch_rows<DV>(v, lv, j0 + kChunk + p0, j0 + kChunk + p1);
+          if (j0 == 0) {  // the group's first chunk: its queries read, the next group's asked for
+            if (gi + 1 < ng) {
+              const Group& h = groups[gi + 1];
+              prefetch_rows<D, Ahead::soon>(q, lq, h.g0, h.g0 + h.nq);
+            }
+            transpose_in(g.qt, q + g.g0 * lq, lq, g.nq, float(t.scale) * math::kLog2e);  // base 2
           }
-          transpose_in(g.qt, q + g.g0 * lq, lq, g.nq, float(t.scale) * math::kLog2e);  // base 2
+          nk[u] = std::min(kChunk, g.keys - j0);
         }
-        const int64_t nk = std::min(kChunk, g.keys - j0);
-        const int64_t diag = g.diag;
-        lane_dots<D>(s, kc, D, nk, g.qt);  // s[j] lane i = log2 e·scale·Q[i]·K[j]
-        if (mask)  // s[j] lane i += log2 e·mask[g0 + i, j0 + j]: rows are keys, lanes queries
-          add_mask(s, nk, mask + g.g0 * t.mask.strides[2] + j0 * t.mask.strides[3],
-                   t.mask.strides[3], t.mask.strides[2], g.nq);
-        if (t.causal) {
-          // key j0 + j hidden from query i when j0 + j > i + diag: per key, lanes i < j0 + j − diag
-          for (int64_t j = std::max<int64_t>(0, diag + 1 - j0); j < nk; ++j) {
-            static const IVec lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-            const IVec hidden = lane < int32_t(std::min<int64_t>(j0 + j - diag, kLanes));
-            store(s[j], hidden ? splat(-kInf) : load(s[j]));
+        // s_u[j] lane i = log2 e·scale·Q[i]·K[j] (a pair's over the second's keys: the first
+        // reads only its own)
+        Each<G> scores;
+        EachConst<G> qt;
+        for (int u = 0; u < G; ++u) scores[u] = s[u], qt[u] = gs[u]->qt;
+        group_dots<D, G>(scores, kc, D, nk[G - 1], qt);
+        std::array<Vec, G> correction;
+        for (int u = 0; u < G; ++u) {
+          Group& g = *gs[u];
+          float(*su)[kLanes] = s[u];
+          const int64_t n = nk[u], diag = g.diag;
+          if (mask)  // s[j] lane i += log2 e·mask[g0 + i, j0 + j]: rows are keys, lanes queries
+            add_mask(su, n, mask + g.g0 * t.mask.strides[2] + j0 * t.mask.strides[3],
+                     t.mask.strides[3], t.mask.strides[2], g.nq);
+          if (t.causal) {
+            // key j0 + j hidden from query i when j0 + j > i + diag: per key, lanes i < j0 + j − diag
+            for (int64_t j = std::max<int64_t>(0, diag + 1 - j0); j < n; ++j) {
+              static const IVec lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+              const IVec hidden = lane < int32_t(std::min<int64_t>(j0 + j - diag, kLanes));
+              store(su[j], hidden ? splat(-kInf) : load(su[j]));
+            }
           }
+          // The online-softmax step, 16 rows at once (row_math.h attention_row_forward).
+          const Vec m_new = max_of(g.m, lane_max(su, n));
+          const Vec m_use = m_new == -kInf ? Vec{} : m_new;  // a row that has seen only −∞
+          Vec sum{};
+          for (int64_t j = 0; j < n; ++j) {
+            const Vec p = exp2_16(load(su[j]) - m_use);
+            store(su[j], p);
+            sum += p;
+          }
+          correction[u] = exp2_16(g.m - m_use);  // 0 on the row's first keys (m = −∞)
+          g.l = g.l * correction[u] + sum;
+          g.m = m_new;
         }
-        // The online-softmax step, 16 rows at once (row_math.h attention_row_forward).
-        const Vec m_new = max_of(g.m, lane_max(s, nk));
-        const Vec m_use = m_new == -kInf ? Vec{} : m_new;  // a row that has seen only −∞
-        Vec sum{};
-        for (int64_t j = 0; j < nk; ++j) {
-          const Vec p = exp2_16(load(s[j]) - m_use);
-          store(s[j], p);
-          sum += p;
-        }
-        const Vec correction = exp2_16(g.m - m_use);  // 0 on the row's first keys (m = −∞)
-        g.l = g.l * correction + sum;
-        g.m = m_new;
-        lane_accumulate<DV>(g.ot, s, vc, DV, nk, j0 == 0, correction);  // Oᵀ = c·Oᵀ + P̃ᵀ·V
+        // Oᵀ = c·Oᵀ + P̃ᵀ·V: over the keys all G see, then the second's own
+        Each<G> ot;
+        EachConst<G> p;
+        for (int u = 0; u < G; ++u) ot[u] = gs[u]->ot, p[u] = s[u];
+        std::array<bool, G> fresh;
+        fresh.fill(j0 == 0);
+        group_accumulate<DV, G>(ot, p, vc, DV, nk[0], fresh, correction);
+        if (G == 2 && nk[G - 1] > nk[0])
+          lane_accumulate<DV>(gs[G - 1]->ot, s[G - 1] + nk[0], vc + nk[0] * DV, DV,
+                              nk[G - 1] - nk[0], false);
+      };
+      // Two groups at a time, (0, 1), (2, 3), …: a pair where both take the chunk, the second
+      // alone where only it does, the last alone where the count is odd.
+      for (int gi = taking - taking % 2; gi < ng; gi += 2) {
+        if (gi < taking)
+          take.template operator()<1>(gi + 1);
+        else if (gi + 1 < ng)
+          take.template operator()<2>(gi);
+        else
+          take.template operator()<1>(gi);
       }
     }
     for (int gi = 0; gi < ng; ++gi) {
@@ -507,10 +664,12 @@ void row_dots(float* d, const float* x, int64_t ldx, const float* y, int64_t ldy
 // whose (K̂ᵀ, Vᵀ, dKᵀ, dVᵀ, K̂'s rows) wait in `groups` meanwhile. Each group sees the same
 // query rows in the same order as alone, and each dQ row gets the groups' parts in key
 // order: the same sums, bit for bit.
-// At d = 128, 16 rows (24 KB), beside a group's 40 KB of state (bench_attention causal
-// T = 512 d = 128, one thread: 137.7 GFLOP/s against 135.2 with 32 rows).
+// Groups are taken two at a time (as the forward's; below), and a pair reads its 2 × 40 KB
+// of state (d = 128) from the L2 cache at every chunk: at d = 64 and 128, 48 rows a chunk
+// (the backward alone, not causal, T = 512, data in cache: d = 128 5–6% faster than with
+// 16, 32 no better than 16 for single groups; d = 64 2–4% faster than with 32).
 template <int D>
-constexpr int64_t kRows = D <= 32 ? 64 : D <= 64 ? 32 : 16;  // Q, dO, dQ of a chunk: 12–24 KB
+constexpr int64_t kRows = D <= 32 ? 64 : 48;  // Q, dO, dQ of a chunk: 8–72 KB
 
 template <int D, int DV>
 void backward_item(const AttentionTileBackward& a) {
@@ -553,7 +712,7 @@ void backward_item(const AttentionTileBackward& a) {
   };
   thread_local std::vector<Group> groups(kGroups);  // per thread, once (too big for the stack)
   constexpr int64_t R = kRows<D>;
-  alignas(64) float p[R][kLanes], ds[R][kLanes], qbuf[R * D], obuf[R * DV], dqbuf[R * D];
+  alignas(64) float p[2][R][kLanes], ds[2][R][kLanes], qbuf[R * D], obuf[R * DV], dqbuf[R * D];
   // dq_fresh: dQ holds nothing yet, and the first pass writes it — 0 in the rows before the
   // first query it sees, each chunk zeroed as it is taken — instead of the caller filling
   // it with zeros first (a pass over the whole tensor in memory, ~2% of the backward at 64
@@ -614,51 +773,89 @@ void backward_item(const AttentionTileBackward& a) {
       int taking = 0;
       while (taking < ng && groups[taking].first < i0 + rows) ++taking;
       const int64_t next = std::clamp<int64_t>(t.rows - i0 - R, 0, R);  // the next chunk's rows
-      for (int gi = 0; gi < taking; ++gi) {
-        Group& g = groups[gi];
-        const auto [p0, p1] = slice_of(next, gi, taking);
-        prefetch_rows<D>(q, lq, i0 + R + p0, i0 + R + p1);
-        prefetch_rows<DV>(dout, lo, i0 + R + p0, i0 + R + p1);
-        prefetch_rows<D, Ahead::write>(dq, ldq, i0 + R + p0, i0 + R + p1);
-        if (finds_d) prefetch_rows<DV>(out, lout, i0 + R + p0, i0 + R + p1);
-        const bool first_chunk = !g.ready;  // dKᵀ, dVᵀ written, not added to
-        if (first_chunk) ready(gi);
-        const int64_t skip = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
-        const int64_t ni = rows - skip, r0 = i0 + skip;  // rows [r0, r0 + ni) of the column
-        const float* qi = qc + skip * D;
-        const float* oi = oc + skip * DV;
-        // P = 2^(Q_i·K̂ᵀ·log2 e − lse·log2 e), hidden keys (and lanes past the group) 0
-        lane_dots<D>(p, qi, D, ni, g.kt);
-        if (mask)  // p[i] lane j += log2 e·mask[r0 + i, kg0 + j]: rows are queries, lanes keys
-          add_mask(p, ni, mask + r0 * t.mask.strides[2] + g.kg0 * t.mask.strides[3],
-                   t.mask.strides[2], t.mask.strides[3], g.nk);
-        hide(p, ni, r0 + g.diag, g.nk, t.causal);
-        for (int64_t i = 0; i < ni; ++i) {
-          const float row_lse =  // saw no key: P = 0
-              lse[r0 + i] == -kInf ? kInf : lse[r0 + i] * math::kLog2e;
-          store(p[i], exp2_16(load(p[i]) - row_lse));
+      // The chunk for G groups from g_first on (G = 2: both take it; the first's rows start
+      // no later than the second's). Rows [skip_u, rows) of the chunk are group u's: the
+      // rows all G see are taken together, the first's own before them (each group's sums
+      // in row order, whether paired or not).
+      auto take = [&]<int G>(int g_first) {
+        std::array<Group*, G> gs;
+        std::array<int64_t, G> skip;
+        std::array<bool, G> fresh;  // the group's first chunk: dKᵀ, dVᵀ written, not added to
+        for (int u = 0; u < G; ++u) {
+          const int gi = g_first + u;
+          Group& g = *(gs[u] = &groups[gi]);
+          const auto [p0, p1] = slice_of(next, gi, taking);
+          prefetch_rows<D>(q, lq, i0 + R + p0, i0 + R + p1);
+          prefetch_rows<DV>(dout, lo, i0 + R + p0, i0 + R + p1);
+          prefetch_rows<D, Ahead::write>(dq, ldq, i0 + R + p0, i0 + R + p1);
+          if (finds_d) prefetch_rows<DV>(out, lout, i0 + R + p0, i0 + R + p1);
+          fresh[u] = !g.ready;
+          if (fresh[u]) ready(gi);
+          skip[u] = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
         }
-        // dS = P·(dO_i·Vᵀ − D)   (the gradient of the scaled scores)
-        lane_dots<DV>(ds, oi, DV, ni, g.vt);
-        for (int64_t i = 0; i < ni; ++i) store(ds[i], load(p[i]) * (load(ds[i]) - dsum[r0 + i]));
-        // dVᵀ += Pᵀ·dO_i;  dKᵀ += dSᵀ·Q_i (scaled below)
-        lane_accumulate<DV>(g.dvt, p, oi, DV, ni, first_chunk);
-        lane_accumulate<D>(g.dkt, ds, qi, D, ni, first_chunk);
-        // dQ_i += dS·K̂, 16 features at a time, K̂'s rows held in registers
-        for (int w = 0; w < kWidths; ++w) {
-          const int c0 = w * kLanes, width = std::min(kLanes, D - c0);
-          Vec krow[kLanes];
-          for (int j = 0; j < kLanes; ++j) krow[j] = load(g.krow[w][j]);
+        const int64_t own = skip[0], both = skip[G - 1];  // the first's rows, the shared ones
+        // dots<W>(out, x, operand): out_u[i] = Σ_c operand_u[c]·x[i, c] for group u's rows
+        auto dots = [&]<int W>(float(*out)[R][kLanes], const float* x, auto operand) {
+          Each<G> o;
+          EachConst<G> b;
+          for (int u = 0; u < G; ++u) o[u] = out[u] + both, b[u] = operand(*gs[u]);
+          group_dots<W, G>(o, x + both * W, W, rows - both, b);
+          if (G == 2 && both > own)
+            group_dots<W, 1>({out[0] + own}, x + own * W, W, both - own, {b[0]});
+        };
+        // P = 2^(Q_i·K̂ᵀ·log2 e − lse·log2 e), hidden keys (and lanes past the group) 0; dP =
+        // dO_i·Vᵀ
+        dots.template operator()<D>(p, qc, [](const Group& g) { return ConstLaneRows(g.kt); });
+        dots.template operator()<DV>(ds, oc, [](const Group& g) { return ConstLaneRows(g.vt); });
+        for (int u = 0; u < G; ++u) {
+          const Group& g = *gs[u];
+          float(*pu)[kLanes] = p[u] + skip[u];
+          float(*dsu)[kLanes] = ds[u] + skip[u];
+          const int64_t ni = rows - skip[u], r0 = i0 + skip[u];  // rows [r0, r0 + ni) of the column
+          if (mask)  // p[i] lane j += log2 e·mask[r0 + i, kg0 + j]: rows are queries, lanes keys
+            add_mask(pu, ni, mask + r0 * t.mask.strides[2] + g.kg0 * t.mask.strides[3],
+                     t.mask.strides[2], t.mask.strides[3], g.nk);
+          hide(pu, ni, r0 + g.diag, g.nk, t.causal);
           for (int64_t i = 0; i < ni; ++i) {
-            float* dqi = dqc + (skip + i) * D + c0;
-            Vec acc0 = load_n(dqi, width), acc1{};
-            for (int j = 0; j < kLanes; j += 2) {
-              acc0 += ds[i][j] * krow[j];
-              acc1 += ds[i][j + 1] * krow[j + 1];
-            }
-            store_n(dqi, acc0 + acc1, width);
+            const float row_lse =  // saw no key: P = 0
+                lse[r0 + i] == -kInf ? kInf : lse[r0 + i] * math::kLog2e;
+            store(pu[i], exp2_16(load(pu[i]) - row_lse));
           }
+          // dS = P·(dP − D)   (the gradient of the scaled scores)
+          for (int64_t i = 0; i < ni; ++i)
+            store(dsu[i], load(pu[i]) * (load(dsu[i]) - dsum[r0 + i]));
         }
+        // dVᵀ += Pᵀ·dO_i;  dKᵀ += dSᵀ·Q_i (scaled at the end): the first's own rows, then
+        // the shared ones
+        const std::array<Vec, G> ones = [] {
+          std::array<Vec, G> a;
+          a.fill(splat(1.0f));
+          return a;
+        }();
+        if (G == 2 && both > own) {
+          group_accumulate<DV, 1>({gs[0]->dvt}, {p[0] + own}, oc + own * DV, DV, both - own,
+                                  {fresh[0]}, {ones[0]});
+          group_accumulate<D, 1>({gs[0]->dkt}, {ds[0] + own}, qc + own * D, D, both - own,
+                                 {fresh[0]}, {ones[0]});
+          fresh[0] = false;
+        }
+        Each<G> dvt, dkt;
+        EachConst<G> pb, dsb;
+        for (int u = 0; u < G; ++u)
+          dvt[u] = gs[u]->dvt, dkt[u] = gs[u]->dkt, pb[u] = p[u] + both, dsb[u] = ds[u] + both;
+        group_accumulate<DV, G>(dvt, pb, oc + both * DV, DV, rows - both, fresh, ones);
+        group_accumulate<D, G>(dkt, dsb, qc + both * D, D, rows - both, fresh, ones);
+        // dQ_i += dS·K̂, group by group (each dQ row gets the groups' parts in key order)
+        for (int u = 0; u < G; ++u)
+          rows_accumulate<D>(dqc + skip[u] * D, ds[u] + skip[u], rows - skip[u], gs[u]->krow);
+      };
+      // Two groups at a time, (0, 1), (2, 3), …: a pair where both take the chunk, the first
+      // alone where only it does (the second's queries start after the chunk).
+      for (int gi = 0; gi < taking; gi += 2) {
+        if (gi + 1 < taking)
+          take.template operator()<2>(gi);
+        else
+          take.template operator()<1>(gi);
       }
       if (dqc == dqbuf)  // back where the rows lie
         for (int64_t r = 0; r < rows; ++r)
