@@ -373,42 +373,51 @@ void group_accumulate(const Each<G>& acc, const EachConst<G>& w, const float* x,
   }
 }
 
-// x[i, ·] += Σ_j w[i][j]·rows[·][j] for i < n: x (n, D) row-major, rows D apart; rows
-// (D/16 blocks × 16 rows × 16 features) the 16 positions' rows, 16 features at a time —
-// the backward's dQ_i += dS·K̂ (w: dS, lanes keys; rows: K̂'s).
+// x[i, ·] += Σ_g Σ_j w_g[i][j]·rows_g[·][j] for i < n, G (1 or 2) groups of 16 positions
+// in order: x (n, D) row-major, rows D apart; rows_g (D/16 blocks × 16 positions × 16
+// features) the positions' rows, 16 features at a time — the backward's dQ_i += dS·K̂ (w:
+// dS, lanes keys; rows: K̂'s), for a group or a pair (each x[i, c] gets the first group's
+// 16 terms, then the second's, in order, as from two calls one after the other).
 // As a GEMM's inner kernel does it: a tile of 4 rows of x × 4 blocks of 16 features (16
-// sums) held in registers over the 16 positions, each w[i][j] broadcast once for 4 blocks
-// and each rows[b][j] loaded once for 4 rows: 8 loads per 16 FMAs. (Row by row, each
-// w[i][j] broadcast for one FMA, a load per FMA: with AVX-512 a core sustains less than
-// two loads a cycle beside its two FMAs, so such a loop runs at ~0.86 of the FMA peak.)
+// sums) held in registers over the 16·G positions, each w[i][j] broadcast once for 4
+// blocks and each rows[b][j] loaded once for 4 rows: 8 loads per 16 FMAs.
+template <int D>
+using BlockRows = float[(D + kLanes - 1) / kLanes][kLanes][kLanes];
 constexpr int block_width(int d, int b) { return std::min(kLanes, d - b * kLanes); }
-template <int D, int I, int B>
+template <int D, int G, int I, int B>
 [[gnu::always_inline]] inline void rows_accumulate_tile(
-    float* x, const float (*w)[kLanes], int b0,
-    const float (&rows)[(D + kLanes - 1) / kLanes][kLanes][kLanes]) {
+    float* x, const EachConst<G>& w, int b0, const std::array<const BlockRows<D>*, G>& rows) {
   Vec acc[I][B];
   for (int i = 0; i < I; ++i)
     for (int b = 0; b < B; ++b) acc[i][b] = load_n(x + i * D + (b0 + b) * kLanes, block_width(D, b0 + b));
-  for (int j = 0; j < kLanes; ++j) {
-    Vec wi[I];
-    for (int i = 0; i < I; ++i) wi[i] = broadcast(&w[i][j]);
-    for (int b = 0; b < B; ++b) {
-      const Vec r = load(rows[b0 + b][j]);
-      for (int i = 0; i < I; ++i) acc[i][b] += wi[i] * r;
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < kLanes; ++j) {
+      Vec wi[I];
+      for (int i = 0; i < I; ++i) wi[i] = broadcast(&w[g][i][j]);
+      for (int b = 0; b < B; ++b) {
+        const Vec r = load((*rows[g])[b0 + b][j]);
+        for (int i = 0; i < I; ++i) acc[i][b] += wi[i] * r;
+      }
     }
-  }
   for (int i = 0; i < I; ++i)
     for (int b = 0; b < B; ++b) store_n(x + i * D + (b0 + b) * kLanes, acc[i][b], block_width(D, b0 + b));
 }
-template <int D>
-void rows_accumulate(float* x, const float (*w)[kLanes], int64_t n,
-                     const float (&rows)[(D + kLanes - 1) / kLanes][kLanes][kLanes]) {
+template <int D, int G>
+void rows_accumulate(float* x, EachConst<G> w, int64_t n,
+                     const std::array<const BlockRows<D>*, G>& rows) {
   constexpr int kBlocks = (D + kLanes - 1) / kLanes;
   constexpr int B = kBlocks % 4 == 0 ? 4 : kBlocks % 3 == 0 ? 3 : kBlocks % 2 == 0 ? 2 : 1;
   for (int b0 = 0; b0 < kBlocks; b0 += B) {
+    EachConst<G> wi = w;
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) rows_accumulate_tile<D, 4, B>(x + i * D, w + i, b0, rows);
-    for (; i < n; ++i) rows_accumulate_tile<D, 1, B>(x + i * D, w + i, b0, rows);
+    for (; i + 4 <= n; i += 4) {
+      rows_accumulate_tile<D, G, 4, B>(x + i * D, wi, b0, rows);
+      for (auto& r : wi) r += 4;
+    }
+    for (; i < n; ++i) {
+      rows_accumulate_tile<D, G, 1, B>(x + i * D, wi, b0, rows);
+      for (auto& r : wi) r += 1;
+    }
   }
 }
 
@@ -845,9 +854,12 @@ void backward_item(const AttentionTileBackward& a) {
           dvt[u] = gs[u]->dvt, dkt[u] = gs[u]->dkt, pb[u] = p[u] + both, dsb[u] = ds[u] + both;
         group_accumulate<DV, G>(dvt, pb, oc + both * DV, DV, rows - both, fresh, ones);
         group_accumulate<D, G>(dkt, dsb, qc + both * D, D, rows - both, fresh, ones);
-        // dQ_i += dS·K̂, group by group (each dQ row gets the groups' parts in key order)
-        for (int u = 0; u < G; ++u)
-          rows_accumulate<D>(dqc + skip[u] * D, ds[u] + skip[u], rows - skip[u], gs[u]->krow);
+        // dQ_i += dS·K̂ (each dQ row gets the groups' parts in key order)
+        if (G == 2 && both > own)
+          rows_accumulate<D, 1>(dqc + own * D, {ds[0] + own}, both - own, {&gs[0]->krow});
+        std::array<const BlockRows<D>*, G> krows;
+        for (int u = 0; u < G; ++u) krows[u] = &gs[u]->krow;
+        rows_accumulate<D, G>(dqc + both * D, dsb, rows - both, krows);
       };
       // Two groups at a time, (0, 1), (2, 3), …: a pair where both take the chunk, the first
       // alone where only it does (the second's queries start after the chunk).
