@@ -30,8 +30,10 @@
 // computed by the call itself from dO and O (row_dots), unless the caller passes it.
 // dK and dV are written whole: the item is its keys' whole column of queries; dQ is added
 // to, or written where the call is the first to touch it (dq_fresh).
-// Features are taken 16 at a time (a head dim of 32 is two passes), so at most 16 vectors
-// of one operand are held at once and the compiler keeps them all in registers.
+// The products run as a GEMM's inner kernel does, a tile of sums held in registers (the
+// compiler keeps them all there) — and two groups of 16 positions at a time where both
+// take a chunk, so that each element broadcast from memory serves two FMAs (group_dots,
+// group_accumulate, rows_accumulate below).
 // Every operand's rows lie a stride apart (AttentionRows, backend.h): a head split off a
 // (B, T, H·D) projection is read, and its gradient written, in place — no head is copied
 // out of the projection's layout or back into it.
@@ -255,30 +257,6 @@ void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, Vec
   });
 }
 
-// out[r] = Σ_c a[r, c]·bt[c] for r < nr: a (nr, D) row-major, rows lda apart (a broadcast
-// per element),
-// bt (D, 16) transposed — the item's 16 lanes. Scores either way round: the forward's
-// s_j = K[j, ·]·Q̂ᵀ (lanes: queries), the backward's s_i = Q[i, ·]·K̂ᵀ and dp_i = dO[i, ·]·Vᵀ
-// (lanes: keys).
-template <int D>
-void lane_dots(float (*out)[kLanes], const float* a, int64_t lda, int64_t nr,
-               const float (&bt)[D][kLanes]) {
-  for_each_width<D>([&]<int W>(int c0) {
-    Vec b[W];
-    for (int c = 0; c < W; ++c) b[c] = load(bt[c0 + c]);
-    for (int64_t r = 0; r < nr; ++r) {
-      const float* ar = a + r * lda + c0;
-      Vec acc0 = c0 == 0 ? Vec{} : load(out[r]), acc1{};  // two chains, half the latency
-      for (int c = 0; c + 1 < W; c += 2) {
-        acc0 += b[c] * ar[c];
-        acc1 += b[c + 1] * ar[c + 1];
-      }
-      if constexpr (W % 2) acc0 += b[W - 1] * ar[W - 1];
-      store(out[r], acc0 + acc1);
-    }
-  });
-}
-
 // acc[c] = factor·acc[c] + Σ_r w[r]·x[r, c] for r < nr, c < D: acc (D, 16) transposed, x
 // (nr, D) row-major with rows ldx apart. fresh: acc holds nothing yet (not even zeros) and
 // is written, not added to — the item's first chunk, which so needs no zeroing pass.
@@ -299,14 +277,14 @@ void lane_accumulate(float (*acc)[kLanes], const float (*w)[kLanes], const float
   });
 }
 
-// The forward's two loops again, for one group or two at once (G = 1, 2), as the forward
-// runs its groups: in pairs where both take the chunk. The loops above broadcast an element
-// of a row for a single FMA: with AVX-512 a core sustains less than two loads a cycle beside
-// its two FMAs, so a loop of one load per FMA runs at ~0.86 of the FMA peak, and then every
-// other load (the partial sums, the weights) comes on top. Two groups share each broadcast:
-// at d = 128, 24 keys, data in the L1 cache, the dots ran at 0.90–0.93 of the peak against
-// 0.78–0.79 for the two groups one after the other, the accumulation at 0.79–0.80 against
-// 0.74–0.76.
+// The products, for one group of 16 positions or two at once (G = 1, 2): each pass below
+// takes its groups in pairs where both take the chunk. A loop that broadcasts an element of
+// a row for a single FMA is held back by the loads: with AVX-512 a core here sustains less
+// than two loads a cycle beside its two FMAs (a loop of FMAs each with a broadcast operand
+// ran at 0.86 of the FMA peak; broadcasts shared by two FMAs, 0.94), and every other load
+// (partial sums, weights) comes on top. Two groups share each broadcast: at d = 128, data in
+// the L1 cache, the dots ran at 0.83–0.93 of the peak against 0.70–0.79 for the two groups
+// one after the other (16–24 rows), the accumulation at 0.73–0.84 against 0.70–0.76.
 // Each sum is accumulated in the same order for G = 1 and 2: a group's numbers are the same
 // bits paired or alone.
 template <int G>
@@ -314,8 +292,11 @@ using Each = std::array<LaneRows, G>;
 template <int G>
 using EachConst = std::array<ConstLaneRows, G>;
 
-// out_g[r] = Σ_c bt_g[c]·a[r, c] for r < nr, each sum one chain over c in order: J rows at a
-// time, their J·G sums in registers over all D features, a[r, c] broadcast once for the G.
+// out_g[r] = Σ_c bt_g[c]·a[r, c] for r < nr: a (nr, D) row-major, rows lda apart; bt_g
+// (D, 16) transposed — group g's 16 lanes. Scores either way round: the forward's
+// s_j = K[j, ·]·Q̂ᵀ (lanes: queries), the backward's p_i = Q[i, ·]·K̂ᵀ and dp_i = dO[i, ·]·Vᵀ
+// (lanes: keys). Each sum is one chain over c in order: J rows at a time, their J·G sums
+// in registers over all D features, a[r, c] broadcast once for the G groups.
 template <int D, int G, int J>
 [[gnu::always_inline]] inline void group_dots_tile(const Each<G>& out, const float* a,
                                                    int64_t lda, int64_t r0,
