@@ -5,8 +5,8 @@
 // backend.h (attention_tile_forward / _probs / _grad, math in row_math.h) and the
 // schedule of the loop's work items (attention_plan / attention_run) — and, where it has
 // one, a kernel that runs a work item's whole row (or column) of tiles in one go
-// (attention_tile_fused_*: the CPU's for head dims 8 to 64 and 128, asked per pass: at
-// d = 128 it takes the backward only where causal), which the loop tries first.
+// (attention_tile_fused_*: the CPU's for head dims 8 to 64 and 128, asked per pass), which
+// the loop tries first.
 //
 // Work items (np = the plan's pairs per item: 1 on the CPU, all N = B·H on a GPU):
 //   forward: (pairs, query block i), each looping over the key blocks j;
@@ -154,7 +154,7 @@ bool fused_problem(Backend& be, const Dims4& s, DType dtype, const AttentionOpti
   AttentionTile t;
   t.dtype = dtype;
   t.dropout_p = o.dropout_p;
-  t.causal = o.causal;  // (the CPU's d = 128 backward is fused only when causal)
+  t.causal = o.causal;
   if (o.mask.defined()) {  // (only its dtype is asked about: the additive form's)
     static const float probe = 0;
     t.mask.data = const_cast<float*>(&probe);

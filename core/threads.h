@@ -21,7 +21,9 @@ std::string cpu_gemm_engine();
 // Which way the CPU computes a float32 attention tile with head dims d and dv and no mask
 // or dropout, in the forward (or with backward = true, the backward), causal or not:
 // "fused" (one kernel, the scores kept in registers: head dims 8, 16, 24, 32, 48, 64 and 128
-// on AVX-512, except 128's backward where not causal; core/cpu/attention_fused.cpp) or
+// on AVX-512, either pass, causal or not — the answer depends on neither today; until the
+// kernel took its groups in pairs, 128's backward went the GEMM route where not causal;
+// core/cpu/attention_fused.cpp) or
 // "gemm" (GEMMs and row passes). RINGGRAD_CPU_ATTENTION=auto|fused|gemm: auto (the
 // default) as above; fused takes the fused kernel wherever it is compiled, on any CPU;
 // gemm never.

@@ -1,5 +1,5 @@
 // attention_fused.cpp — blockwise attention in one fused pass per work item, for head
-// dims 8, 16, 24, 32, 48, 64 and 128 (at 128 the backward only where causal: preferred()).
+// dims 8, 16, 24, 32, 48, 64 and 128.
 //
 // The tile loop (core/ops_attention.cpp) computes a tile as GEMMs and row passes: S = Q·Kᵀ
 // written out, the online-softmax pass over it, then P̃·V. At head dim 16 or 32 that is slow
@@ -867,13 +867,12 @@ void backward_item(const AttentionTileBackward& a) {
 }
 
 // The head dims compiled, d = dv (a model's q, k and v heads are usually one width), up to
-// 128. At 128 the backward holds 40 KB of K̂ᵀ, Vᵀ, dKᵀ, dVᵀ and K̂'s rows per 16 keys,
-// most of the L1 cache: against the GEMM route (bench_attention, one thread, three
-// interleaved runs, GFLOP/s of forward + backward) it is ahead where the tile is causal —
-// T = 512 137.7 against 128.1, on two threads 253.6 against 224.1; T = 1024 153.8 / 147.4;
-// T = 2048 165.3 / 163.4; T = 8192 level — and behind where it is not: T = 512 154.8
-// against 160.2, T = 2048 171.6 / 174.8 (the GEMM route's whole 128 × 256 tiles keep a
-// BLAS busy). So at d = 128 the backward goes fused only when causal (preferred() below).
+// 128. At 128 the backward holds 40 KB of K̂ᵀ, Vᵀ, dKᵀ, dVᵀ and K̂'s rows per 16 keys;
+// until its groups were taken in pairs it was behind the GEMM route where the tile is not
+// causal (whole 128 × 256 tiles keep a BLAS busy) and took only causal tiles. Paired, it is
+// ahead there too (bench_attention, not causal, GFLOP/s of the backward, fused against the
+// GEMM route: one thread T = 512 138–143 / 127–129, T = 2048 146–152 / 138–145, T = 8192
+// 157 / 140; two threads T = 512 273 / 233, T = 2048 299 / 264), so it takes every tile.
 template <int... Ds>
 struct HeadDims {
   static constexpr bool has(int64_t d) { return ((d == Ds) || ...); }
@@ -887,9 +886,8 @@ using CompiledHeadDims = HeadDims<8, 16, 24, 32, 48, 64, 128>;
 constexpr bool compiled(int64_t d, int64_t dv) { return d == dv && CompiledHeadDims::has(d); }
 
 // RINGGRAD_CPU_ATTENTION=auto|fused|gemm, read once. auto (the default): the fused kernel
-// where a vector is one register (kWorthIt) and it is the faster way (preferred); fused:
-// wherever the kernel takes the tile, on any CPU (tests run it so on machines without
-// AVX-512 too, and d = 128's backward when not causal); gemm: never.
+// where a vector is one register (kWorthIt); fused: wherever the kernel takes the tile, on
+// any CPU (tests run it so on machines without AVX-512 too); gemm: never.
 enum class Route { automatic, fused, gemm };
 Route route_wanted() {
   static const Route route = [] {
@@ -902,43 +900,36 @@ Route route_wanted() {
   return route;
 }
 
-// Where the fused kernel is the faster way: everywhere it is compiled, except d = 128's
-// backward on a tile that is not causal (above).
-bool preferred(const AttentionTile& t, int64_t d, Backend::Pass pass) {
-  return pass == Backend::Pass::forward || d <= 64 || t.causal;
-}
-
-bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv, Backend::Pass pass) {
+// (Either pass, causal or not: the fused kernel is the faster way wherever it is compiled.)
+bool fused_takes(const AttentionTile& t, int64_t d, int64_t dv) {
   const Route route = route_wanted();
-  const bool wanted =
-      route == Route::fused || (route == Route::automatic && kWorthIt && preferred(t, d, pass));
+  const bool wanted = route == Route::fused || (route == Route::automatic && kWorthIt);
   return wanted && t.dtype == kFloat32 && (!t.mask.data || t.mask.dtype == kFloat32) &&
          t.dropout_p == 0 && t.batch * t.heads == 1 && compiled(d, dv);
 }
 
 }  // namespace
 
-bool CpuBackend::attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv, Pass pass) {
-  return fused_takes(t, d, dv, pass);
+bool CpuBackend::attention_tile_fused(const AttentionTile& t, int64_t d, int64_t dv, Pass) {
+  return fused_takes(t, d, dv);
 }
 
 bool CpuBackend::attention_tile_fused_forward(const AttentionTileForward& a) {
-  if (!fused_takes(a.tile, a.d, a.dv, Pass::forward)) return false;
+  if (!fused_takes(a.tile, a.d, a.dv)) return false;
   CompiledHeadDims::run(a.d, [&]<int D, int DV>() { forward_item<D, DV>(a); });
   return true;
 }
 
 bool CpuBackend::attention_tile_fused_backward(const AttentionTileBackward& a) {
-  if (!fused_takes(a.tile, a.d, a.dv, Pass::backward)) return false;
+  if (!fused_takes(a.tile, a.d, a.dv)) return false;
   CompiledHeadDims::run(a.d, [&]<int D, int DV>() { backward_item<D, DV>(a); });
   return true;
 }
 
 }  // namespace ringgrad::cpu
 
-std::string ringgrad::cpu_attention_kernel(int64_t d, int64_t dv, bool backward, bool causal) {
-  AttentionTile t;
-  t.causal = causal;
-  const auto pass = backward ? Backend::Pass::backward : Backend::Pass::forward;
-  return cpu::fused_takes(t, d, dv, pass) ? "fused" : "gemm";
+std::string ringgrad::cpu_attention_kernel(int64_t d, int64_t dv, bool /*backward*/,
+                                           bool /*causal*/) {
+  const AttentionTile t;  // float32, no mask, no dropout
+  return cpu::fused_takes(t, d, dv) ? "fused" : "gemm";
 }
