@@ -105,14 +105,56 @@ TEST_CASE("attention fused: the route is what RINGGRAD_CPU_ATTENTION asks for") 
 
 TEST_CASE("attention fused: every compiled head dim equals float64, forward and backward") {
   rg::manual_seed(11);
-  for (int64_t d : {8, 16, 24, 32, 48, 64, 128}) {  // (128's backward: fused when causal)
+  for (int64_t d : {8, 16, 24, 32, 48, 64, 128}) {
     CAPTURE(d);
     // 37 queries: two full 16-query groups and a partial one; 300 keys: a 256-key tile
     // and a short one, the first tile two 128-key chunks at d ≤ 32 (the forward's chunks
     // are 48 keys at 48 and 64, 24 at 128: the 300 keys end inside a chunk at every d).
     check_against_float64(2, 37, 300, d, {});
     check_against_float64(2, 37, 300, d, {.causal = true, .q_offset = 263});
+    // 100 queries: the backward's chunks of 48 rows (64 at d ≤ 32) three or two, the last
+    // partial; causal, its key groups' first queries inside them
+    check_against_float64(1, 100, 300, d, {});
+    check_against_float64(1, 100, 300, d, {.causal = true, .q_offset = 230});
   }
+}
+
+TEST_CASE("attention fused: a group's numbers are the same bits whether paired or alone") {
+  // The kernel takes its groups of 16 queries (forward) or keys (backward) two at a time
+  // where both take a chunk, and accumulates each sum in the same order either way. Forward:
+  // query blocks of 16 (every group alone) against the default 128 (in pairs). Backward:
+  // keys 0–15 alone (a 16-key call) against the same keys paired with keys 16–31, given the
+  // same out and lse: their dK and dV rows must match exactly. (The GEMM route's sums
+  // depend on its tiles: this is the fused kernel's promise only.)
+  rg::manual_seed(15);
+  auto same = [](const rg::Tensor& a, const rg::Tensor& b) {
+    return (a - b).abs().max().item() == 0.0;
+  };
+  for (int64_t d : {16, 64, 128})
+    for (bool causal : {false, true}) {
+      CAPTURE(d);
+      CAPTURE(causal);
+      if (rg::cpu_attention_kernel(d, d, false, causal) != "fused" ||
+          rg::cpu_attention_kernel(d, d, true, causal) != "fused")
+        continue;
+      rg::Tensor q = rg::uniform({1, 2, 70, d}, -1, 1), k = rg::uniform({1, 2, 70, d}, -1, 1),
+                 v = rg::uniform({1, 2, 70, d}, -1, 1), dout = rg::uniform({1, 2, 70, d}, -1, 1);
+      rg::AttentionOptions paired{.causal = causal}, alone{.causal = causal, .block_q = 16};
+      rg::AttentionOutput a = rg::attention_forward(q, k, v, paired),
+                          b = rg::attention_forward(q, k, v, alone);
+      CHECK(same(a.out, b.out));
+      CHECK(same(a.lse, b.lse));
+      // causal with keys 0–31 at the end of the queries (k_offset 38): queries 38… see them
+      rg::AttentionOptions o{.causal = causal, .k_offset = causal ? 38 : 0};
+      rg::Tensor k32 = k.narrow(2, 0, 32).contiguous(), v32 = v.narrow(2, 0, 32).contiguous();
+      rg::AttentionOutput r = rg::attention_forward(q, k32, v32, o);
+      rg::AttentionGrads two = rg::attention_backward(q, k32, v32, r.out, r.lse, dout, o);
+      rg::AttentionGrads one =
+          rg::attention_backward(q, k32.narrow(2, 0, 16).contiguous(),
+                                 v32.narrow(2, 0, 16).contiguous(), r.out, r.lse, dout, o);
+      CHECK(same(two.dk.narrow(2, 0, 16), one.dk));
+      CHECK(same(two.dv.narrow(2, 0, 16), one.dv));
+    }
 }
 
 TEST_CASE("attention fused: causal, tiles and offsets as ring attention makes them") {

@@ -24,7 +24,7 @@
 //      p_i  = exp(Q[i, ·]·K̂ᵀ + mask − lse_i)           K̂ = scale·K
 //      ds_i = p_i·(dO[i, ·]·Vᵀ − D_i)                   D = rowsum(dO ⊙ O)
 //      dVᵀ[c] += Σ_i p_i·dO[i, c],  dKᵀ[c] += scale·Σ_i ds_i·Q[i, c]   (per lane: its key)
-//      dQ[i, ·] += Σ_j ds_i[j]·K̂[j, ·]                  (lanes: features, K̂ rows in registers)
+//      dQ[i, ·] += Σ_j ds_i[j]·K̂[j, ·]                  (lanes: features; K̂'s rows kept per group)
 // Q, dO, lse and D are read as they lie (row by row, a broadcast per element); only the
 // item's own 16 positions are transposed, once, and written back once at the end. D is
 // computed by the call itself from dO and O (row_dots), unless the caller passes it.
@@ -259,7 +259,7 @@ void transpose_out(const float (&t)[D][kLanes], float* x, int64_t ld, int n, Vec
 
 // acc[c] = factor·acc[c] + Σ_r w[r]·x[r, c] for r < nr, c < D: acc (D, 16) transposed, x
 // (nr, D) row-major with rows ldx apart. fresh: acc holds nothing yet (not even zeros) and
-// is written, not added to — the item's first chunk, which so needs no zeroing pass.
+// is written, not added to — the group's first chunk, which so needs no zeroing pass.
 // The forward's Oᵀ += P̃ᵀ·V (lanes: queries), the backward's dVᵀ += Pᵀ·dO and dKᵀ += dSᵀ·Q
 // (lanes: keys).
 template <int D>
@@ -485,7 +485,8 @@ std::pair<int64_t, int64_t> slice_of(int64_t n, int i, int of) {
 // all of its groups, whose running (Q̂ᵀ, Oᵀ, m, l) wait in `groups` meanwhile. Each group
 // sees the same chunks in the same order as alone: the same sums, bit for bit. A group's
 // own rows (Q forward, K and V backward) are read when it takes its first chunk, with the
-// next group's asked for, so that only the first group of a pass waits on them.
+// rows of the group two on asked for (the groups go in pairs: the next pair's), so that only
+// the first pair of a pass waits on them.
 constexpr int kGroups = 16;
 
 template <int D, int DV>
@@ -549,15 +550,16 @@ void forward_item(const AttentionTileForward& a) {
           const auto [p0, p1] = slice_of(next, gi - taking, ng - taking);
           prefetch_rows<D>(k, lk, j0 + kChunk + p0, j0 + kChunk + p1);
           prefetch_rows<DV>(v, lv, j0 + kChunk + p0, j0 + kChunk + p1);
-          if (j0 == 0) {  // the group's first chunk: its queries read, the next group's asked for
-            if (gi + 1 < ng) {
-              const Group& h = groups[gi + 1];
+          if (j0 == 0) {  // the group's first chunk: its queries read, the next pair's asked for
+            if (gi + 2 < ng) {
+              const Group& h = groups[gi + 2];
               prefetch_rows<D, Ahead::soon>(q, lq, h.g0, h.g0 + h.nq);
             }
             transpose_in(g.qt, q + g.g0 * lq, lq, g.nq, float(t.scale) * math::kLog2e);  // base 2
           }
           nk[u] = std::min(kChunk, g.keys - j0);
         }
+        RG_ASSERT(nk[0] <= nk[G - 1]);  // (the groups' keys never decrease)
         // s_u[j] lane i = log2 e·scale·Q[i]·K[j] (a pair's over the second's keys: the first
         // reads only its own)
         Each<G> scores;
@@ -601,8 +603,8 @@ void forward_item(const AttentionTileForward& a) {
         fresh.fill(j0 == 0);
         group_accumulate<DV, G>(ot, p, vc, DV, nk[0], fresh, correction);
         if (G == 2 && nk[G - 1] > nk[0])
-          lane_accumulate<DV>(gs[G - 1]->ot, s[G - 1] + nk[0], vc + nk[0] * DV, DV,
-                              nk[G - 1] - nk[0], false);
+          group_accumulate<DV, 1>({gs[G - 1]->ot}, {s[G - 1] + nk[0]}, vc + nk[0] * DV, DV,
+                                  nk[G - 1] - nk[0], {false}, {splat(1.0f)});
       };
       // Two groups at a time, (0, 1), (2, 3), …: a pair where both take the chunk, the second
       // alone where only it does, the last alone where the count is odd.
@@ -659,7 +661,7 @@ void row_dots(float* d, const float* x, int64_t ldx, const float* y, int64_t ldy
 // (the backward alone, not causal, T = 512, data in cache: d = 128 5–6% faster than with
 // 16, 32 no better than 16 for single groups; d = 64 2–4% faster than with 32).
 template <int D>
-constexpr int64_t kRows = D <= 32 ? 64 : 48;  // Q, dO, dQ of a chunk: 8–72 KB
+constexpr int64_t kRows = D <= 32 ? 64 : 48;  // Q, dO, dQ of a chunk: 6–72 KB
 
 template <int D, int DV>
 void backward_item(const AttentionTileBackward& a) {
@@ -725,11 +727,12 @@ void backward_item(const AttentionTileBackward& a) {
     if (fresh)  // rows no group of the first pass sees
       for (int64_t r = 0; r < first; ++r) std::memset(dq + r * ldq, 0, D * sizeof(float));
     // A group's keys, read when the group takes its first chunk (the groups start in order,
-    // later ones on the causal diagonal's later rows), with the next group's asked for.
+    // later ones on the causal diagonal's later rows), with those of the group two on (the
+    // next pair's) asked for.
     auto ready = [&](int gi) {
       Group& g = groups[gi];
-      if (gi + 1 < ng) {
-        const Group& h = groups[gi + 1];
+      if (gi + 2 < ng) {
+        const Group& h = groups[gi + 2];
         prefetch_rows<D, Ahead::soon>(k, lk, h.kg0, h.kg0 + h.nk);
         prefetch_rows<DV, Ahead::soon>(v, lv, h.kg0, h.kg0 + h.nk);
       }
@@ -770,7 +773,7 @@ void backward_item(const AttentionTileBackward& a) {
       auto take = [&]<int G>(int g_first) {
         std::array<Group*, G> gs;
         std::array<int64_t, G> skip;
-        std::array<bool, G> fresh;  // the group's first chunk: dKᵀ, dVᵀ written, not added to
+        std::array<bool, G> first_chunk;  // the group's first: dKᵀ, dVᵀ written, not added to
         for (int u = 0; u < G; ++u) {
           const int gi = g_first + u;
           Group& g = *(gs[u] = &groups[gi]);
@@ -779,19 +782,20 @@ void backward_item(const AttentionTileBackward& a) {
           prefetch_rows<DV>(dout, lo, i0 + R + p0, i0 + R + p1);
           prefetch_rows<D, Ahead::write>(dq, ldq, i0 + R + p0, i0 + R + p1);
           if (finds_d) prefetch_rows<DV>(out, lout, i0 + R + p0, i0 + R + p1);
-          fresh[u] = !g.ready;
-          if (fresh[u]) ready(gi);
+          first_chunk[u] = !g.ready;
+          if (first_chunk[u]) ready(gi);
           skip[u] = std::max<int64_t>(g.first - i0, 0);  // causal: rows before first
         }
         const int64_t own = skip[0], both = skip[G - 1];  // the first's rows, the shared ones
-        // dots<W>(out, x, operand): out_u[i] = Σ_c operand_u[c]·x[i, c] for group u's rows
-        auto dots = [&]<int W>(float(*out)[R][kLanes], const float* x, auto operand) {
+        RG_ASSERT(own <= both && both < rows);  // (the groups' first queries never decrease)
+        // dots<W>(dst, x, operand): dst_u[i] = Σ_c operand_u[c]·x[i, c] for group u's rows
+        auto dots = [&]<int W>(float(*dst)[R][kLanes], const float* x, auto operand) {
           Each<G> o;
           EachConst<G> b;
-          for (int u = 0; u < G; ++u) o[u] = out[u] + both, b[u] = operand(*gs[u]);
+          for (int u = 0; u < G; ++u) o[u] = dst[u] + both, b[u] = operand(*gs[u]);
           group_dots<W, G>(o, x + both * W, W, rows - both, b);
           if (G == 2 && both > own)
-            group_dots<W, 1>({out[0] + own}, x + own * W, W, both - own, {b[0]});
+            group_dots<W, 1>({dst[0] + own}, x + own * W, W, both - own, {b[0]});
         };
         // P = 2^(Q_i·K̂ᵀ·log2 e − lse·log2 e), hidden keys (and lanes past the group) 0; dP =
         // dO_i·Vᵀ
@@ -817,24 +821,21 @@ void backward_item(const AttentionTileBackward& a) {
         }
         // dVᵀ += Pᵀ·dO_i;  dKᵀ += dSᵀ·Q_i (scaled at the end): the first's own rows, then
         // the shared ones
-        const std::array<Vec, G> ones = [] {
-          std::array<Vec, G> a;
-          a.fill(splat(1.0f));
-          return a;
-        }();
+        std::array<Vec, G> ones;
+        ones.fill(splat(1.0f));
         if (G == 2 && both > own) {
           group_accumulate<DV, 1>({gs[0]->dvt}, {p[0] + own}, oc + own * DV, DV, both - own,
-                                  {fresh[0]}, {ones[0]});
+                                  {first_chunk[0]}, {ones[0]});
           group_accumulate<D, 1>({gs[0]->dkt}, {ds[0] + own}, qc + own * D, D, both - own,
-                                 {fresh[0]}, {ones[0]});
-          fresh[0] = false;
+                                 {first_chunk[0]}, {ones[0]});
+          first_chunk[0] = false;
         }
         Each<G> dvt, dkt;
         EachConst<G> pb, dsb;
         for (int u = 0; u < G; ++u)
           dvt[u] = gs[u]->dvt, dkt[u] = gs[u]->dkt, pb[u] = p[u] + both, dsb[u] = ds[u] + both;
-        group_accumulate<DV, G>(dvt, pb, oc + both * DV, DV, rows - both, fresh, ones);
-        group_accumulate<D, G>(dkt, dsb, qc + both * D, D, rows - both, fresh, ones);
+        group_accumulate<DV, G>(dvt, pb, oc + both * DV, DV, rows - both, first_chunk, ones);
+        group_accumulate<D, G>(dkt, dsb, qc + both * D, D, rows - both, first_chunk, ones);
         // dQ_i += dS·K̂ (each dQ row gets the groups' parts in key order)
         if (G == 2 && both > own)
           rows_accumulate<D, 1>(dqc + own * D, {ds[0] + own}, both - own, {&gs[0]->krow});
