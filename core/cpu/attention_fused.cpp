@@ -387,6 +387,25 @@ template <int D, int G>
 void rows_accumulate(float* x, EachConst<G> w, int64_t n,
                      const std::array<const BlockRows<D>*, G>& rows) {
   constexpr int kBlocks = (D + kLanes - 1) / kLanes;
+  if constexpr (kBlocks == 1) {
+    // One block (d ≤ 16): a tile would load a row vector per 4 FMAs. Instead a group's 16
+    // rows stay in registers and each x row takes its 16 terms in two chains (bench_attention
+    // d = 16, causal, T = 2048, one thread, the backward: 138.9 GFLOP/s against 135.2 with
+    // the 4 × 1 tile).
+    for (int g = 0; g < G; ++g) {
+      Vec r[kLanes];
+      for (int j = 0; j < kLanes; ++j) r[j] = load((*rows[g])[0][j]);
+      for (int64_t i = 0; i < n; ++i) {
+        Vec acc0 = load_n(x + i * D, D), acc1{};
+        for (int j = 0; j < kLanes; j += 2) {
+          acc0 += w[g][i][j] * r[j];
+          acc1 += w[g][i][j + 1] * r[j + 1];
+        }
+        store_n(x + i * D, acc0 + acc1, D);
+      }
+    }
+    return;
+  }
   constexpr int B = kBlocks % 4 == 0 ? 4 : kBlocks % 3 == 0 ? 3 : kBlocks % 2 == 0 ? 2 : 1;
   for (int b0 = 0; b0 < kBlocks; b0 += B) {
     EachConst<G> wi = w;
