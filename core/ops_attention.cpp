@@ -217,8 +217,11 @@ struct Problem {
     tile.total_rows = opt.total_q ? opt.total_q : s.tq;
     tile.total_cols = opt.total_k ? opt.total_k : s.tk;
     plan = be.attention_plan(pairs);
-    RG_CHECK(plan.pairs_per_item == 1 || plan.pairs_per_item == pairs, kOp,
-             "a backend's attention plan takes one pair or all pairs per item");
+    // (at least one pair per item, also where there are no pairs: B·H = 0 divides by it)
+    RG_CHECK(plan.pairs_per_item >= 1 &&
+                 (plan.pairs_per_item == 1 || plan.pairs_per_item == pairs),
+             kOp, "internal: a backend's attention plan takes one pair or all pairs per item, "
+             "got ", plan.pairs_per_item, " of ", pairs);
     items_per_block = pairs / plan.pairs_per_item;
     bq = std::min(opt.block_q, std::max<int64_t>(s.tq, 1));
     bk = std::min(opt.block_k, std::max<int64_t>(s.tk, 1));

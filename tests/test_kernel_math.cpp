@@ -2,6 +2,7 @@
 // core/reduce_math.h), checked on the host: the CUDA kernels run the same functions.
 #include <ringgrad/core/kernel_math.h>
 #include <ringgrad/core/reduce_math.h>
+#include <ringgrad/core/reduce_plan.h>
 
 #include <algorithm>
 #include <cmath>
@@ -128,4 +129,82 @@ TEST_CASE("math::reduce states: the scan agrees with the CPU's own reductions") 
   const float inf = std::numeric_limits<float>::infinity();
   CHECK(reduce_in_order<m::LogSumExpState<float>>(std::vector<float>{-inf, -inf}).result() == -inf);
   CHECK(reduce_in_order<m::LogSumExpState<float>>(std::vector<float>{1, inf, 2}).result() == inf);
+}
+
+namespace {
+
+namespace m = ringgrad::math;
+
+// Walks every block, loop round and thread of core/cuda/block_reduce.cuh's pass 1 as
+// the GPU would run them (with grid.x capped at `max_grid`, as launch_reduce caps it),
+// counting how often each input element is folded and each (output, piece) written.
+struct Walk {
+  m::ReducePlan plan;
+  std::vector<int> folded, written;
+  bool merge_groups_agree = true;  // the threads merged together fold the same output
+};
+Walk walk_reduce(int64_t outer, int64_t r, int64_t inner, int64_t max_grid) {
+  const int block = 256;
+  Walk w;
+  w.plan = m::plan_reduce(outer, r, inner, block, /*multiprocessors=*/132);
+  const m::ReducePlan& p = w.plan;
+  w.folded.assign(size_t(outer * r * inner), 0);
+  w.written.assign(size_t(outer * inner * p.splits), 0);
+  const int64_t grid_x = std::min(p.blocks, max_grid);
+  for (int64_t by = 0; by < p.splits; ++by) {
+    const int64_t k0 = by * p.chunk, k1 = std::min(k0 + p.chunk, r);
+    for (int64_t bx = 0; bx < grid_x; ++bx)
+      for (int64_t first = bx * p.groups; first < p.tiles; first += grid_x * p.groups)
+        for (int thread = 0; thread < block; ++thread) {
+          const m::ReduceLane lane = m::lane_of(p, thread);
+          const int64_t tile = first + lane.group;
+          const m::ReduceOutput at = m::output_of(p, outer, inner, tile, lane.tx);
+          const bool live = tile < p.tiles && at.j < inner;
+          // merge_block_columns merges this thread into its group's thread (tx, 0)
+          const m::ReduceLane head = m::lane_of(p, thread - lane.ty * p.lanes_inner);
+          const m::ReduceOutput head_at = m::output_of(p, outer, inner, tile, head.tx);
+          if (head.ty != 0 || head.group != lane.group || head_at.o != at.o || head_at.j != at.j)
+            w.merge_groups_agree = false;
+          if (!live) continue;
+          for (int64_t k = k0 + lane.ty; k < k1; k += p.lanes_r)
+            ++w.folded[size_t((at.o * r + k) * inner + at.j)];
+          if (lane.ty == 0) ++w.written[size_t((at.o * inner + at.j) * p.splits + by)];
+        }
+  }
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("math::plan_reduce: every element folded once, every output written once") {
+  struct Shape3 {
+    int64_t outer, r, inner, max_grid;
+  };
+  for (Shape3 c : std::vector<Shape3>{{100000, 4, 1, 524280},  // short rows: many a block
+                                      {1, 1 << 20, 1, 524280},  // a full sum: pieces of r
+                                      {3, 7, 5, 524280},        // inner shorter than a warp
+                                      {5, 3, 40, 524280},       // inner past a warp, not a multiple
+                                      {2, 12288, 1, 524280},    // long rows: the whole block
+                                      {4, 0, 3, 524280},        // nothing to fold
+                                      {7, 9, 70, 2},            // more tiles than the grid: strided
+                                      {1000, 3, 1, 1}}) {
+    CAPTURE(c.outer);
+    CAPTURE(c.r);
+    CAPTURE(c.inner);
+    CAPTURE(c.max_grid);
+    Walk w = walk_reduce(c.outer, c.r, c.inner, c.max_grid);
+    const m::ReducePlan& p = w.plan;
+    CHECK(p.groups * p.lanes_inner * p.lanes_r == 256);
+    CHECK(w.merge_groups_agree);
+    CHECK(std::all_of(w.folded.begin(), w.folded.end(), [](int n) { return n == 1; }));
+    CHECK(std::all_of(w.written.begin(), w.written.end(), [](int n) { return n == 1; }));
+  }
+  // The shapes the plan is for: short rows fill a block with rows, not idle threads; a
+  // full reduction spreads over the GPU.
+  m::ReducePlan short_rows = m::plan_reduce(1000000, 4, 1, 256, 132);
+  CHECK((short_rows.lanes_r == 1 && short_rows.groups == 256));
+  m::ReducePlan full = m::plan_reduce(1, 100000000, 1, 256, 132);
+  CHECK((full.lanes_r == 256 && full.splits == 4 * 132));
+  m::ReducePlan columns = m::plan_reduce(8192, 12288, 1, 256, 132);
+  CHECK((columns.lanes_r == 256 && columns.splits == 1 && columns.blocks == 8192));
 }

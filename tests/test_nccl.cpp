@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "ringgrad/parallel/fsdp.h"
+#include "ringgrad/parallel/nccl/group.h"
 #include "ringgrad/parallel/nccl/nccl_communicator.h"
 #include "ringgrad/parallel/world.h"
 #include "test_helpers.h"
@@ -31,6 +32,55 @@ void say_skipped(const std::string& what) {
 }
 
 }  // namespace
+
+// The group helper of the NCCL backend (parallel/nccl/group.h) with stand-in calls:
+// results are ints, 0 is success. A group left open would defer every later NCCL call.
+TEST_CASE("nccl: a group is ended even when a call in it fails, then the failure is thrown") {
+  namespace nd = par::nccl_detail;
+  struct Calls {
+    int starts = 0, ends = 0;
+    std::vector<std::string> log;
+  };
+  auto run = [](Calls& c, int start_result, int end_result, const std::vector<int>& results,
+                bool body_throws = false) {
+    try {
+      nd::in_group(
+          0, [&] { ++c.starts; return start_result; },
+          [&] { ++c.ends; return end_result; },
+          [&](auto note) {
+            for (size_t i = 0; i < results.size(); ++i) {
+              c.log.push_back("call" + std::to_string(i));
+              note(results[i], i % 2 ? "ncclRecv" : "ncclSend");
+            }
+            if (body_throws) throw rg::Error("[all_to_all] expected a dtype NCCL moves");
+          },
+          [](int code, const char* call) {
+            throw rg::Error(std::string(call) + " failed with " + std::to_string(code));
+          });
+    } catch (const rg::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();  // nothing thrown
+  };
+  Calls ok;
+  CHECK(run(ok, 0, 0, {0, 0, 0}).empty());
+  CHECK((ok.starts == 1 && ok.ends == 1 && ok.log.size() == 3));
+
+  Calls send_fails;  // the second send fails: every call still made, the group ended, then thrown
+  CHECK(run(send_fails, 0, 0, {0, 0, 5, 7}) == "ncclSend failed with 5");
+  CHECK((send_fails.ends == 1 && send_fails.log.size() == 4));
+
+  Calls end_fails;
+  CHECK(run(end_fails, 0, 3, {0, 0}) == "ncclGroupEnd failed with 3");
+
+  Calls body_throws;  // an exception of the body's own (a bad dtype): ended, then rethrown
+  CHECK(run(body_throws, 0, 0, {0}, true) == "[all_to_all] expected a dtype NCCL moves");
+  CHECK(body_throws.ends == 1);
+
+  Calls start_fails;  // no group was opened: nothing to end, no call made
+  CHECK(run(start_fails, 2, 0, {0}) == "ncclGroupStart failed with 2");
+  CHECK((start_fails.ends == 0 && start_fails.log.empty()));
+}
 
 TEST_CASE("nccl: without NCCL or without a GPU the factory says why") {
   if (nccl_runs_here()) return;  // the tests below use the real thing

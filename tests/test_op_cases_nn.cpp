@@ -157,6 +157,16 @@ std::vector<OpCase> nn_cases() {
          return rg::scaled_dot_product_attention(in[0], in[1], in[2],
                                                  tiny_tiles({.mask = in[3], .scale = 0.7}));
        }},
+      // Nothing to attend: no batch entries (a GPU's plan takes all B·H = 0 pairs per item,
+      // and the tile loop must not divide by that), and keys but no queries.
+      {"attention:empty-batch", qkv({0, 2, 5, 3}, {0, 2, 6, 3}, {0, 2, 6, 2}),
+       [](const V& in) {
+         return rg::scaled_dot_product_attention(in[0], in[1], in[2], tiny_tiles({.causal = true}));
+       }},
+      {"attention:no-queries", qkv({2, 2, 0, 3}, {2, 2, 6, 3}, {2, 2, 6, 2}),
+       [](const V& in) {
+         return rg::scaled_dot_product_attention(in[0], in[1], in[2], tiny_tiles());
+       }},
       {"attention:dropout", qkv({1, 2, 5, 3}, {1, 2, 5, 3}, {1, 2, 5, 3}),
        [](const V& in) {
          rg::Generator g(11);

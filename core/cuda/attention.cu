@@ -6,6 +6,8 @@
 // rows of scores in between, one thread per query row, calling the same row functions
 // as the CPU backend. (A fused attention kernel — tiles kept in shared memory — would
 // replace all of this.)
+#include <algorithm>
+
 #include "ringgrad/core/cuda/cuda_backend.h"
 #include "ringgrad/core/row_math.h"
 
@@ -67,9 +69,10 @@ int64_t tile_rows(const AttentionTile& t) { return t.batch * t.heads * t.rows; }
 }  // namespace
 
 // Every pair in each item's batched GEMMs, one item at a time: one scratch buffer,
-// which the stream's ordering lets each item reuse after the one before.
+// which the stream's ordering lets each item reuse after the one before. (At least
+// one pair per item: with B·H = 0 there are no items, and nothing to divide by zero.)
 Backend::AttentionPlan CudaBackend::attention_plan(int64_t pairs) {
-  return {.pairs_per_item = pairs, .workers = 1};
+  return {.pairs_per_item = std::max<int64_t>(pairs, 1), .workers = 1};
 }
 
 void CudaBackend::attention_run(int64_t items, const AttentionPlan&,

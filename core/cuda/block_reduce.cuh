@@ -1,88 +1,69 @@
 // block_reduce.cuh — reductions with every thread of a block, and over many blocks (internal).
 //
 // The reductions are the mergeable states of core/reduce_math.h (sum, max/min,
-// arg max/min, log-sum-exp). A block is laid out as `lanes_inner` columns (along
-// the contiguous inner dim, so reads coalesce) × `lanes_r` rows (along the reduced
-// dim r): each thread folds every lanes_r-th element of its column into a state,
-// then the block merges its column's states in a tree through shared memory.
-// When the outputs alone would not fill the GPU (a full reduction has one), the r
-// axis is also cut into `splits` pieces, one block each, and a second small
-// kernel merges each output's pieces (plan_reduce decides).
+// arg max/min, log-sum-exp); how their elements are spread over blocks, groups of
+// threads and pieces of r is core/reduce_plan.h (plain C++, walked on the CPU by
+// tests/test_kernel_math.cpp). Here: the kernels that follow that plan.
 #pragma once
 
 #include <algorithm>
 
 #include "ringgrad/core/cuda/common.cuh"
 #include "ringgrad/core/reduce_math.h"
+#include "ringgrad/core/reduce_plan.h"
 
 namespace ringgrad::cuda {
 
-// Merge the states of threads (tx, ty) over ty, for every tx: afterwards the
-// thread (tx, 0) holds its column's whole state. blockDim.x == lanes_inner *
-// lanes_r, lanes_r a power of two; every thread of the block must call it.
+// Merge the states of threads (tx, ty) over ty, for every tx of each group of
+// lanes_inner × lanes_r threads: afterwards the thread (tx, 0) of a group holds its
+// column's whole state. blockDim.x a multiple of lanes_inner * lanes_r, lanes_r a power
+// of two; every thread of the block must call it.
 template <typename S>
 __device__ S merge_block_columns(S s, int lanes_inner, int lanes_r) {
   __shared__ __align__(16) unsigned char raw[kBlock * sizeof(S)];
   S* shared = reinterpret_cast<S*>(raw);
-  const int tx = threadIdx.x % lanes_inner, ty = threadIdx.x / lanes_inner;
+  const int group_size = lanes_inner * lanes_r;
+  const int first = threadIdx.x / group_size * group_size;  // the group's thread (0, 0)
+  const int tx = threadIdx.x % lanes_inner, ty = threadIdx.x % group_size / lanes_inner;
   shared[threadIdx.x] = s;
   __syncthreads();
   for (int stride = lanes_r / 2; stride > 0; stride /= 2) {
-    if (ty < stride) shared[threadIdx.x].merge(shared[(ty + stride) * lanes_inner + tx]);
+    if (ty < stride) shared[threadIdx.x].merge(shared[threadIdx.x + stride * lanes_inner]);
     __syncthreads();
   }
-  S whole = shared[tx];
+  S whole = shared[first + tx];
   __syncthreads();  // the caller may call again (next output) and overwrite `shared`
   return whole;
 }
 
-// How a [outer, r, inner] reduction is spread over blocks.
-struct ReducePlan {
-  int lanes_inner = 1, lanes_r = kBlock;  // block shape: columns × rows
-  int64_t tiles = 0;                      // outer × ceil(inner / lanes_inner): one per block
-  int64_t splits = 1;                     // pieces of r, one block each (grid.y)
-  int64_t chunk = 0;                      // elements of r per piece
-};
-
 int64_t multiprocessor_count();  // of the current device (runtime.cu)
 
-// A block per (tile, piece of r); enough blocks to fill every multiprocessor a few
-// times over, but no piece shorter than a few elements per thread.
-inline ReducePlan plan_reduce(int64_t outer, int64_t r, int64_t inner) {
-  ReducePlan p;
-  p.lanes_inner = inner == 1 ? 1 : 32;
-  p.lanes_r = kBlock / p.lanes_inner;
-  p.tiles = outer * ((inner + p.lanes_inner - 1) / p.lanes_inner);
-  const int64_t target_blocks = 4 * multiprocessor_count();
-  int64_t splits = 1;
-  if (p.tiles < target_blocks) {
-    splits = (target_blocks + p.tiles - 1) / p.tiles;
-    const int64_t at_most = std::max<int64_t>(1, r / (int64_t(p.lanes_r) * 8));
-    splits = std::min(std::min(splits, at_most), int64_t(65535));
-  }
-  p.chunk = std::max<int64_t>(1, (r + splits - 1) / splits);
-  p.splits = std::max<int64_t>(1, (r + p.chunk - 1) / p.chunk);
-  return p;
+// The plan (core/reduce_plan.h) for this device.
+inline math::ReducePlan plan_reduce(int64_t outer, int64_t r, int64_t inner) {
+  return math::plan_reduce(outer, r, inner, kBlock, multiprocessor_count());
 }
 
-// Pass 1: block (tile, piece) folds its piece of r for lanes_inner outputs.
-// splits == 1: writes each output's result; else its piece's state into
-// partial[output · splits + piece].
+// Pass 1: each group of block (x, piece) folds its piece of r for its tile's lanes_inner
+// outputs. splits == 1: writes each output's result; else its piece's state into
+// partial[output · splits + piece]. Every thread goes round the loop equally often (a
+// group past the last tile folds nothing): merge_block_columns synchronises the block.
 template <typename S, typename T, typename Out>
 __global__ void reduce_pieces_kernel(const T* in, Out* out, S* partial, int64_t outer, int64_t r,
-                                     int64_t inner, ReducePlan p) {
-  const int tx = threadIdx.x % p.lanes_inner, ty = threadIdx.x / p.lanes_inner;
-  const int64_t j_tiles = p.tiles / outer;
+                                     int64_t inner, math::ReducePlan p) {
+  const math::ReduceLane lane = math::lane_of(p, threadIdx.x);
   const int64_t k0 = int64_t(blockIdx.y) * p.chunk;
   const int64_t k1 = k0 + p.chunk < r ? k0 + p.chunk : r;
-  for (int64_t tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-    const int64_t o = tile / j_tiles, j = (tile % j_tiles) * p.lanes_inner + tx;
+  for (int64_t first = int64_t(blockIdx.x) * p.groups; first < p.tiles;
+       first += int64_t(gridDim.x) * p.groups) {
+    const int64_t tile = first + lane.group;
+    const math::ReduceOutput at = math::output_of(p, outer, inner, tile, lane.tx);
+    const bool live = tile < p.tiles && at.j < inner;
     S s;
-    if (j < inner)
-      for (int64_t k = k0 + ty; k < k1; k += p.lanes_r) s.add(in[(o * r + k) * inner + j], k);
+    if (live)
+      for (int64_t k = k0 + lane.ty; k < k1; k += p.lanes_r) s.add(in[(at.o * r + k) * inner + at.j], k);
     s = merge_block_columns(s, p.lanes_inner, p.lanes_r);
-    if (ty == 0 && j < inner) {
-      const int64_t output = o * inner + j;
+    if (lane.ty == 0 && live) {
+      const int64_t output = at.o * inner + at.j;
       if (p.splits == 1)
         out[output] = static_cast<Out>(s.result());
       else
@@ -106,8 +87,8 @@ template <typename S, typename T, typename Out>
 void launch_reduce(const T* in, Out* out, int64_t outer, int64_t r, int64_t inner) {
   const int64_t outputs = outer * inner;
   if (outputs == 0) return;
-  const ReducePlan p = plan_reduce(outer, r, inner);
-  const unsigned grid_x = static_cast<unsigned>(std::min<int64_t>(p.tiles, 65535 * 8));
+  const math::ReducePlan p = plan_reduce(outer, r, inner);
+  const unsigned grid_x = static_cast<unsigned>(std::min<int64_t>(p.blocks, 65535 * 8));
   const dim3 grid(grid_x, static_cast<unsigned>(p.splits));
   S* partial = nullptr;
   const size_t partial_bytes = p.splits > 1 ? size_t(outputs * p.splits) * sizeof(S) : 0;

@@ -70,6 +70,7 @@
 #include "ringgrad/core/cuda/common.cuh"  // RG_CUDA_CHECK, cuda::compute_stream()
 #include "ringgrad/core/dtype_table.h"
 #include "ringgrad/core/factory.h"
+#include "ringgrad/parallel/nccl/group.h"
 
 namespace ringgrad::parallel {
 
@@ -263,23 +264,24 @@ void NcclState::start_pending() {
     for (PendingP2P& p : group) p.ready->block(comm_stream);
     // Between ncclGroupStart and ncclGroupEnd NCCL only records the calls;
     // ncclGroupEnd launches them together, so none waits for another to begin.
-    RG_NCCL(group.front().work->op(), ncclGroupStart);
+    // (in_group ends the group even after a failed call in it: group.h)
     const PendingP2P* failed = nullptr;
-    ncclResult_t failure = ncclSuccess;
-    for (PendingP2P& p : group) {
-      void* data = p.buf.raw_data();
-      ncclDataType_t type = nccl_type(p.buf.dtype());
-      ncclResult_t result = p.is_send
-                                ? ncclSend(data, count(p.buf), type, p.peer, comm, comm_stream)
-                                : ncclRecv(data, count(p.buf), type, p.peer, comm, comm_stream);
-      if (result != ncclSuccess && !failed) failed = &p, failure = result;
-    }
-    ncclResult_t end = ncclGroupEnd();  // the group is closed even after a failed call in it
-    if (failed)
-      throw_nccl(failed->work->op(), failure, failed->is_send ? "ncclSend" : "ncclRecv", __FILE__,
-                 __LINE__);
-    if (end != ncclSuccess)
-      throw_nccl(group.front().work->op(), end, "ncclGroupEnd", __FILE__, __LINE__);
+    nccl_detail::in_group(
+        ncclSuccess, &ncclGroupStart, &ncclGroupEnd,
+        [&](auto note) {
+          for (PendingP2P& p : group) {
+            void* data = p.buf.raw_data();
+            ncclDataType_t type = nccl_type(p.buf.dtype());
+            ncclResult_t result =
+                p.is_send ? ncclSend(data, count(p.buf), type, p.peer, comm, comm_stream)
+                          : ncclRecv(data, count(p.buf), type, p.peer, comm, comm_stream);
+            if (result != ncclSuccess && !failed) failed = &p;
+            note(result, p.is_send ? "ncclSend" : "ncclRecv");
+          }
+        },
+        [&](ncclResult_t code, const char* call) {
+          throw_nccl((failed ? failed : &group.front())->work->op(), code, call, __FILE__, __LINE__);
+        });
     // [done] of each: after the whole group on the comm stream.
     for (PendingP2P& p : group) p.work->mark_started(comm_stream);
   } catch (...) {
@@ -688,14 +690,22 @@ class NcclCommunicator : public Communicator {
     return launch("all_to_all", {src, out}, [&](ncclComm_t comm, cudaStream_t stream) {
       const size_t chunk = static_cast<size_t>(src.numel() / size());
       const size_t bytes = chunk * element_size(src.dtype());
-      RG_NCCL("all_to_all", ncclGroupStart);
-      for (int peer = 0; peer < size(); ++peer) {
-        RG_NCCL("all_to_all", ncclSend, static_cast<const char*>(src.raw_data()) + peer * bytes,
-                chunk, nccl_type(src.dtype()), peer, comm, stream);
-        RG_NCCL("all_to_all", ncclRecv, static_cast<char*>(out.raw_data()) + peer * bytes, chunk,
-                nccl_type(src.dtype()), peer, comm, stream);
-      }
-      RG_NCCL("all_to_all", ncclGroupEnd);
+      const ncclDataType_t type = nccl_type(src.dtype());
+      nccl_detail::in_group(  // ended even when a call in it fails (group.h)
+          ncclSuccess, &ncclGroupStart, &ncclGroupEnd,
+          [&](auto note) {
+            for (int peer = 0; peer < size(); ++peer) {
+              note(ncclSend(static_cast<const char*>(src.raw_data()) + peer * bytes, chunk, type,
+                            peer, comm, stream),
+                   "ncclSend");
+              note(ncclRecv(static_cast<char*>(out.raw_data()) + peer * bytes, chunk, type, peer,
+                            comm, stream),
+                   "ncclRecv");
+            }
+          },
+          [](ncclResult_t code, const char* call) {
+            throw_nccl("all_to_all", code, call, __FILE__, __LINE__);
+          });
     });
   }
 
@@ -703,14 +713,24 @@ class NcclCommunicator : public Communicator {
   // (world.cpp); a communicator that is NCCL alone (RINGGRAD_COMM=nccl) splits itself
   // with ncclCommSplit (NCCL >= 2.18): a collective over this communicator, issued
   // after everything posted before it. NCCL orders each group by key, ties by rank.
+  // NCCL wants no operation outstanding on a communicator being split (with some
+  // still running on the comm stream, several GPUs can deadlock in it): the host
+  // first waits, watched as any wait is, until the comm stream has drained.
   std::unique_ptr<Communicator> do_split(int color, int key) override {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
     NcclState& s = *state_;
     ncclComm_t child = nullptr;
+    Event drained;
     {
       std::lock_guard<std::mutex> lock(s.mutex);
       s.check_usable("split");
       s.start_pending();
+      drained.record(s.comm_stream);
+    }
+    s.host_wait(drained, "split");  // (outside the lock: host_wait looks at NCCL's errors under it)
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.check_usable("split");
       RG_CUDA_CHECK(cudaSetDevice(s.device));
       RG_NCCL("split", ncclCommSplit, s.comm, color == kNoGroup ? NCCL_SPLIT_NOCOLOR : color, key,
               &child, nullptr);
