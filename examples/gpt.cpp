@@ -8,7 +8,7 @@
 //   scripts/rgrun -n 8 build/bin/gpt --dp 2 --pp 2 --tp 2      all four dimensions
 //   build/bin/gpt --data book.txt --steps 3000 --save gpt.ckpt
 //
-// The model (GPT-2's shape, small): bytes as tokens (a vocabulary of 256, so any text
+// The model (examples/gpt/model.h; GPT-2's shape, small): bytes as tokens (a vocabulary of 256, so any text
 // works), token and learned position embeddings, pre-norm blocks of causal
 // self-attention and a GELU MLP, a final LayerNorm, and an LM head tied to the token
 // embedding. AdamW with linear warmup and cosine decay, gradients clipped to norm 1.
@@ -80,13 +80,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-
-#include "checkpointing.h"
-#include "gpt_text.h"
-#include "metrics_log.h"
-#include "parse_on_every_rank.h"
-#include "precision.h"
-#include "progress_bar.h"
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -97,201 +90,25 @@
 #include <string>
 #include <vector>
 
+#include "checkpointing.h"
+#include "gpt/model.h"     // the model: GPTConfig, Block, GPT
+#include "gpt/parallel.h"  // its tensor- and pipeline-parallel pieces: ParallelBlock, Stage
+#include "gpt_text.h"
+#include "metrics_log.h"
+#include "parse_on_every_rank.h"
+#include "precision.h"
+#include "progress_bar.h"
+
 namespace rg = ringgrad;
 namespace par = rg::parallel;
 
 namespace {
 
-// ---------------------------------------------------------------- the model
-
-struct GPTConfig {
-  int64_t seq = 128, layers = 4, d_model = 128, heads = 4;
-  static constexpr int64_t vocab = 256;  // bytes
-  // The modern (Llama's) blocks, each an option; the defaults are GPT-2's.
-  std::string norm = "layernorm";  // or rmsnorm (nn::RMSNorm, torch's default eps)
-  std::string pos = "learned";     // or rope: rotary embeddings on q and k, no wpe
-  std::string mlp = "gelu";        // or swiglu: w2(silu(w1 x) · w3 x), hidden ≈ 8/3 d_model
-  int64_t kv_heads = 0;            // grouped-query attention: K/V heads (0: --heads)
-  bool gpt2() const {
-    return norm == "layernorm" && pos == "learned" && mlp == "gelu" && (kv_heads == 0 || kv_heads == heads);
-  }
-};
-
-std::shared_ptr<rg::nn::Module> make_norm(const GPTConfig& c) {
-  if (c.norm == "rmsnorm") return std::make_shared<rg::nn::RMSNorm>(c.d_model);
-  return std::make_shared<rg::nn::LayerNorm>(c.d_model);
-}
-
-// x + attention(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2 (or, by the
-// options, of Llama: RMSNorm, rotary q/k, grouped-query attention, SwiGLU).
-class Block : public rg::nn::Module {
- public:
-  // positions: the GPT's (1, seq) global positions, read at every forward (rope).
-  Block(const GPTConfig& c, const rg::Tensor* positions)
-      : d_model(c.d_model), ln1(make_norm(c)), ln2(make_norm(c)),
-        attn(c.d_model, c.heads, {.batch_first = true, .kv_heads = c.kv_heads, .rotary = c.pos == "rope"}),
-        positions_(positions), rope_(c.pos == "rope") {
-    if (c.mlp == "swiglu") {
-      const int64_t hidden = (8 * c.d_model / 3 + 7) / 8 * 8;  // Llama's 2/3 of 4·d, rounded up to 8
-      mlp = std::make_shared<rg::nn::SwiGLU>(c.d_model, hidden);
-    } else {
-      fc = std::make_shared<rg::nn::Linear>(c.d_model, 4 * c.d_model);
-      proj = std::make_shared<rg::nn::Linear>(4 * c.d_model, c.d_model);
-    }
-    register_module("ln1", ln1);
-    register_module("attn", attn);
-    register_module("ln2", ln2);
-    if (mlp) {
-      register_module("mlp", mlp);
-    } else {
-      register_module("fc", fc);
-      register_module("proj", proj);
-    }
-  }
-  rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor h = (*ln1)(x);
-    rg::nn::AttentionMasks masks{.is_causal = true};
-    if (rope_) masks.positions = positions_->narrow(1, 0, x.size(1));  // global positions
-    rg::Tensor y = x + attn(h, h, h, masks);  // ring attention under context_parallel
-    rg::Tensor z = (*ln2)(y);
-    return y + (mlp ? (*mlp)(z) : (*proj)(rg::gelu((*fc)(z))));
-  }
-
-  int64_t d_model;
-  std::shared_ptr<rg::nn::Module> ln1, ln2;  // LayerNorm or RMSNorm
-  rg::nn::MultiheadAttention attn;
-  std::shared_ptr<rg::nn::Linear> fc, proj;  // the GELU MLP, or
-  std::shared_ptr<rg::nn::SwiGLU> mlp;       // the SwiGLU one
-
- private:
-  const rg::Tensor* positions_;
-  bool rope_;
-};
-
-class GPT : public rg::nn::Module {
- public:
-  explicit GPT(const GPTConfig& c)
-      : wte(GPTConfig::vocab, c.d_model) {
-    register_module("wte", wte);
-    if (c.pos != "rope") {  // learned positions; with rope the blocks rotate q and k instead
-      wpe = std::make_unique<rg::nn::Embedding>(c.seq, c.d_model);
-      register_module("wpe", *wpe);
-    }
-    blocks = register_module("blocks", std::make_shared<rg::nn::Sequential>());
-    for (int64_t i = 0; i < c.layers; ++i) blocks->add(std::make_shared<Block>(c, &positions));
-    ln_f = make_norm(c);
-    register_module("ln_f", ln_f);
-    rg::NoGradGuard no_grad;  // GPT-2's embedding init: small, as the head shares it
-    rg::nn::init::normal_(wte.weight, 0.0, 0.02);
-    if (wpe) rg::nn::init::normal_(wpe->weight, 0.0, 0.02);
-    positions = rg::arange(c.seq, {.dtype = rg::kInt64}).unsqueeze(0);
-  }
-
-  // tokens (B, T) -> logits (B, T, 256). Token t sits at positions[0, t]: 0..T−1, or
-  // under context parallelism this rank's global positions (the guard shards
-  // `positions` with the tokens).
-  rg::Tensor forward(const rg::Tensor& tokens) override {
-    rg::Tensor pos = positions.narrow(1, 0, tokens.size(1));
-    rg::Tensor x = wpe ? wte(tokens) + (*wpe)(pos) : wte(tokens);
-    x = (*ln_f)((*blocks)(x));
-    return rg::matmul(x, wte.weight.t());  // the LM head, tied to the token embedding
-  }
-
-  rg::nn::Embedding wte;
-  std::unique_ptr<rg::nn::Embedding> wpe;  // null with --pos rope
-  std::shared_ptr<rg::nn::Sequential> blocks;
-  std::shared_ptr<rg::nn::Module> ln_f;  // LayerNorm or RMSNorm
-  rg::Tensor positions;  // (1, seq) int64; not a parameter or buffer
-};
-
-// ---------------------------------------------------------------- tensor and pipeline parallel
-
-// A Block with its heads and MLP split across the tp group (Megatron's layout). GPT-2's
-// blocks only: --norm/--pos/--mlp/--kv-heads other than the defaults are refused with
-// --tp or --pp above 1 (ParallelSelfAttention splits a full-head in_proj, LayerNorm only).
-class ParallelBlock : public rg::nn::Module {
- public:
-  ParallelBlock(const Block& plain, par::Communicator& tp)
-      : ln1(plain.d_model), ln2(plain.d_model),
-        attn(plain.attn, tp, /*causal=*/true), fc(*plain.fc, tp),
-        proj(*plain.proj, tp, {.input_is_parallel = true}) {
-    ln1.load_state_dict(plain.ln1->state_dict());
-    ln2.load_state_dict(plain.ln2->state_dict());
-    register_module("ln1", ln1);
-    register_module("attn", attn);
-    register_module("ln2", ln2);
-    register_module("fc", fc);
-    register_module("proj", proj);
-  }
-  rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor y = x + attn(ln1(x));
-    return y + proj(rg::gelu(fc(ln2(y))));
-  }
-
-  rg::nn::LayerNorm ln1, ln2;
-  par::ParallelSelfAttention attn;
-  par::ColumnParallelLinear fc;
-  par::RowParallelLinear proj;
-};
-
-// Pipeline stage s of p over a tp group, built from the whole GPT: blocks
-// [s·L/p, (s+1)·L/p); the embeddings (vocabulary split over tp) on the first stage; the
-// final norm and the LM head on the last, which reads this rank's vocabulary rows of the
-// token embedding (tied: with p > 1 the last stage keeps its own copy, and the two
-// copies' gradients are summed every step, as Megatron does). Parameter names are the GPT's.
-class Stage : public rg::nn::Module {
- public:
-  Stage(GPT& gpt, int s, int p, par::Communicator& tp) : first_(s == 0), last_(s == p - 1), gpt_(gpt), tp_(tp) {
-    if (first_ || last_) {
-      wte = std::make_unique<par::VocabParallelEmbedding>(gpt.wte, tp);
-      register_module("wte", *wte);
-    }
-    if (first_) {
-      wpe = std::make_unique<rg::nn::Embedding>(gpt.wpe->num_embeddings, gpt.wpe->embedding_dim);
-      wpe->load_state_dict(gpt.wpe->state_dict());
-      register_module("wpe", *wpe);
-    }
-    // Blocks named by their index in the whole model, so that names match the GPT's.
-    blocks_ = register_module("blocks", std::make_shared<rg::nn::Sequential>());
-    const int64_t layers = static_cast<int64_t>(gpt.blocks->size());
-    for (int64_t b = s * layers / p; b < (s + 1) * layers / p; ++b)
-      blocks_->add(std::to_string(b), std::make_shared<ParallelBlock>(
-                                          static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
-    if (last_) {
-      ln_f = std::make_unique<rg::nn::LayerNorm>(gpt.wte.embedding_dim);
-      ln_f->load_state_dict(gpt.ln_f->state_dict());
-      register_module("ln_f", *ln_f);
-    }
-  }
-  // first: tokens -> hidden; last: -> this rank's slice of the vocabulary's logits.
-  rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor h = first_ ? (*wte)(x) + (*wpe)(gpt_.positions.narrow(1, 0, x.size(1))) : x;
-    h = (*blocks_)(h);
-    if (!last_) return h;
-    return rg::matmul(par::copy_to_tp_region((*ln_f)(h), tp_), wte->weight.t());
-  }
-  bool first() const { return first_; }
-  bool last() const { return last_; }
-
-  std::unique_ptr<par::VocabParallelEmbedding> wte;
-  std::unique_ptr<rg::nn::Embedding> wpe;
-  std::unique_ptr<rg::nn::LayerNorm> ln_f;
-
- private:
-  bool first_, last_;
-  GPT& gpt_;  // its positions (context_parallel shards them)
-  par::Communicator& tp_;
-  std::shared_ptr<rg::nn::Sequential> blocks_;
-};
-
-// The groups of a (dp, pp, cp, tp) mesh that training needs.
-struct Groups {
-  par::Communicator& data;  // (dp, cp): the gradient's average
-  par::Communicator& pp;
-  par::Communicator& tp;
-  par::Communicator& pp_tp;  // (pp, tp): one whole model's parameters, for the gradient norm
-  int pp_rank, tp_rank, pp_size;
-};
+using gpt::Block;
+using gpt::GPT;
+using gpt::GPTConfig;
+using gpt::Groups;
+using gpt::Stage;
 
 // ---------------------------------------------------------------- the strategies
 
@@ -491,7 +308,8 @@ std::string generate(GPT& model, const std::string& prompt, int64_t length, doub
 
 int main(int argc, char** argv) {
   par::World world(argc, argv);
-  CLI::App app{"A character-level GPT, data-parallel (ddp, zero1, zero2, fsdp) x context-parallel"};
+  CLI::App app{"A character-level GPT on a (dp, pp, cp, tp) mesh: data-parallel (ddp, zero1, zero2, "
+                "fsdp) x pipeline x context x tensor parallel"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // the last one counts
   GPTConfig config;
   std::string data, strategy = "ddp", trace_path, prompt = "The ";

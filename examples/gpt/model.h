@@ -1,0 +1,126 @@
+// gpt/model.h — the GPT of examples/gpt.cpp: GPT-2's shape, small, and its Llama options.
+//
+//   GPTConfig config{.seq = 128, .layers = 4, .d_model = 128, .heads = 4};
+//   GPT model(config);
+//   rg::Tensor logits = model(tokens);        // tokens (B, T) int64 -> logits (B, T, 256)
+//
+// Bytes as tokens (a vocabulary of 256, so any text works), token and learned position
+// embeddings, pre-norm blocks of causal self-attention and a GELU MLP, a final norm, and
+// an LM head tied to the token embedding. The options swap in Llama's pieces, each on
+// its own: RMSNorm, rotary q/k at the tokens' global positions (no wpe), the SwiGLU MLP,
+// grouped-query attention. Nothing here knows about parallelism: context parallelism
+// shards `positions` with the tokens and reroutes attention (parallel/context_parallel.h);
+// gpt/parallel.h builds the tensor- and pipeline-parallel pieces from this model.
+#pragma once
+
+#include <ringgrad/ringgrad.h>
+
+#include <memory>
+#include <string>
+
+namespace gpt {
+
+namespace rg = ringgrad;
+
+
+struct GPTConfig {
+  int64_t seq = 128, layers = 4, d_model = 128, heads = 4;
+  static constexpr int64_t vocab = 256;  // bytes
+  // The modern (Llama's) blocks, each an option; the defaults are GPT-2's.
+  std::string norm = "layernorm";  // or rmsnorm (nn::RMSNorm, torch's default eps)
+  std::string pos = "learned";     // or rope: rotary embeddings on q and k, no wpe
+  std::string mlp = "gelu";        // or swiglu: w2(silu(w1 x) · w3 x), hidden ≈ 8/3 d_model
+  int64_t kv_heads = 0;            // grouped-query attention: K/V heads (0: --heads)
+  bool gpt2() const {
+    return norm == "layernorm" && pos == "learned" && mlp == "gelu" && (kv_heads == 0 || kv_heads == heads);
+  }
+};
+
+std::shared_ptr<rg::nn::Module> make_norm(const GPTConfig& c) {
+  if (c.norm == "rmsnorm") return std::make_shared<rg::nn::RMSNorm>(c.d_model);
+  return std::make_shared<rg::nn::LayerNorm>(c.d_model);
+}
+
+// x + attention(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2 (or, by the
+// options, of Llama: RMSNorm, rotary q/k, grouped-query attention, SwiGLU).
+class Block : public rg::nn::Module {
+ public:
+  // positions: the GPT's (1, seq) global positions, read at every forward (rope).
+  Block(const GPTConfig& c, const rg::Tensor* positions)
+      : d_model(c.d_model), ln1(make_norm(c)), ln2(make_norm(c)),
+        attn(c.d_model, c.heads, {.batch_first = true, .kv_heads = c.kv_heads, .rotary = c.pos == "rope"}),
+        positions_(positions), rope_(c.pos == "rope") {
+    if (c.mlp == "swiglu") {
+      const int64_t hidden = (8 * c.d_model / 3 + 7) / 8 * 8;  // Llama's 2/3 of 4·d, rounded up to 8
+      mlp = std::make_shared<rg::nn::SwiGLU>(c.d_model, hidden);
+    } else {
+      fc = std::make_shared<rg::nn::Linear>(c.d_model, 4 * c.d_model);
+      proj = std::make_shared<rg::nn::Linear>(4 * c.d_model, c.d_model);
+    }
+    register_module("ln1", ln1);
+    register_module("attn", attn);
+    register_module("ln2", ln2);
+    if (mlp) {
+      register_module("mlp", mlp);
+    } else {
+      register_module("fc", fc);
+      register_module("proj", proj);
+    }
+  }
+  rg::Tensor forward(const rg::Tensor& x) override {
+    rg::Tensor h = (*ln1)(x);
+    rg::nn::AttentionMasks masks{.is_causal = true};
+    if (rope_) masks.positions = positions_->narrow(1, 0, x.size(1));  // global positions
+    rg::Tensor y = x + attn(h, h, h, masks);  // ring attention under context_parallel
+    rg::Tensor z = (*ln2)(y);
+    return y + (mlp ? (*mlp)(z) : (*proj)(rg::gelu((*fc)(z))));
+  }
+
+  int64_t d_model;
+  std::shared_ptr<rg::nn::Module> ln1, ln2;  // LayerNorm or RMSNorm
+  rg::nn::MultiheadAttention attn;
+  std::shared_ptr<rg::nn::Linear> fc, proj;  // the GELU MLP, or
+  std::shared_ptr<rg::nn::SwiGLU> mlp;       // the SwiGLU one
+
+ private:
+  const rg::Tensor* positions_;
+  bool rope_;
+};
+
+class GPT : public rg::nn::Module {
+ public:
+  explicit GPT(const GPTConfig& c)
+      : wte(GPTConfig::vocab, c.d_model) {
+    register_module("wte", wte);
+    if (c.pos != "rope") {  // learned positions; with rope the blocks rotate q and k instead
+      wpe = std::make_unique<rg::nn::Embedding>(c.seq, c.d_model);
+      register_module("wpe", *wpe);
+    }
+    blocks = register_module("blocks", std::make_shared<rg::nn::Sequential>());
+    for (int64_t i = 0; i < c.layers; ++i) blocks->add(std::make_shared<Block>(c, &positions));
+    ln_f = make_norm(c);
+    register_module("ln_f", ln_f);
+    rg::NoGradGuard no_grad;  // GPT-2's embedding init: small, as the head shares it
+    rg::nn::init::normal_(wte.weight, 0.0, 0.02);
+    if (wpe) rg::nn::init::normal_(wpe->weight, 0.0, 0.02);
+    positions = rg::arange(c.seq, {.dtype = rg::kInt64}).unsqueeze(0);
+  }
+
+  // tokens (B, T) -> logits (B, T, 256). Token t sits at positions[0, t]: 0..T−1, or
+  // under context parallelism this rank's global positions (the guard shards
+  // `positions` with the tokens).
+  rg::Tensor forward(const rg::Tensor& tokens) override {
+    rg::Tensor pos = positions.narrow(1, 0, tokens.size(1));
+    rg::Tensor x = wpe ? wte(tokens) + (*wpe)(pos) : wte(tokens);
+    x = (*ln_f)((*blocks)(x));
+    return rg::matmul(x, wte.weight.t());  // the LM head, tied to the token embedding
+  }
+
+  rg::nn::Embedding wte;
+  std::unique_ptr<rg::nn::Embedding> wpe;  // null with --pos rope
+  std::shared_ptr<rg::nn::Sequential> blocks;
+  std::shared_ptr<rg::nn::Module> ln_f;  // LayerNorm or RMSNorm
+  rg::Tensor positions;  // (1, seq) int64; not a parameter or buffer
+};
+
+}  // namespace gpt
