@@ -18,9 +18,14 @@
 // still computes the earlier layers' gradients (overlap). examples/mnist_ddp.cpp
 // trains with it; with the same seed and recipe it reaches the same test
 // accuracy as this program (ctest example_ddp_from_scratch_2 checks that).
+// The cost: each step every rank all-reduces every gradient once; a ring all-reduce
+// sends 2(N−1)/N of its tensor from every rank, so each rank sends
+//   2(N−1)/N · 4·P bytes per step        (P parameters, float32)
+// whatever the batch: the program counts the bytes its ring really sent in the first
+// step and prints them beside that.
 // Each epoch prints the training loss averaged over every rank, and the test accuracy,
-// each rank evaluating 1/N of the test set (examples/metrics.h); --log FILE.jsonl
-// [--log-every 50] writes them as JSON lines (examples/metrics_log.h).
+// each rank evaluating 1/N of the test set; --log FILE.jsonl [--log-every 50] writes them
+// as JSON lines (the reporting lives in examples/epoch_report.h).
 // Ends with: RESULT example=ddp_from_scratch world=N test_acc=… samples_per_s=…
 #include <ringgrad/data/distributed_sampler.h>
 #include <ringgrad/parallel/ring_allreduce.h>
@@ -28,15 +33,11 @@
 #include <ringgrad/ringgrad.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <string>
 
+#include "epoch_report.h"
 #include "metrics.h"
-#include "metrics_log.h"
 #include "parse_on_every_rank.h"
-#include "progress_bar.h"
 #include "simple_model.h"
 
 namespace rg = ringgrad;
@@ -71,52 +72,37 @@ int main(int argc, char** argv) {
       });
     rg::optim::Adam opt(model.parameters(), {.lr = recipe.lr});
 
-    // What rank 0 shows and logs is every rank's: the loss averaged over all of them.
-    LossMeter loss_meter;
-    MetricsLog log(log_options.path, world.is_main());
-    RateMeter rate;
-    ProgressBar bar(world.is_main());
-    double seconds = 0, test_acc = 0;
-    int64_t samples = 0, step = 0;
-    auto log_line = [&](int epoch) {  // a collective: the interval's loss over all ranks
-      bar.set_loss(loss_meter.flush(&comm));
-      return MetricsLog::Line{{"step", step}, {"epoch", epoch + 1}, {"loss", loss_meter.last},
-                              {"samples_per_s", std::round(rate.rate(double(samples)))},
-                              {"lr", recipe.lr}};
-    };
+    EpochReport report(comm, log_options, world.is_main(), recipe.batch_size * world.size());
+    int64_t params = 0, first_step_bytes = -1;
+    for (const rg::Tensor& p : model.parameters()) params += p.numel();
+    double test_acc = 0;
     for (int epoch = 0; epoch < recipe.epochs; ++epoch) {
       sampler.set_epoch(epoch);  // 2. a new shuffle each epoch, a different shard per rank
-      auto start = std::chrono::steady_clock::now();
-      loss_meter.new_epoch();
-      bar.start("Epoch " + std::to_string(epoch + 1) + "/" + std::to_string(recipe.epochs),
-                loader.size(), 0, double(recipe.batch_size * world.size()), "samples");
-      int64_t batch = 0;
+      report.begin_epoch(epoch, recipe.epochs, loader.size());
       for (auto& [x, y] : loader) {
+        comm.reset_wire_bytes();
         opt.zero_grad();
         rg::Tensor loss = rg::nn::cross_entropy(model(x), y);
         loss.backward();  // the hooks have averaged every gradient when this returns
         opt.step();       // 4. the same step on every rank
-        loss_meter.add(loss.item());
-        samples += x.size(0) * world.size();
-        ++step, ++batch;
-        if (log_options.due(step) && batch < loader.size()) log.write(log_line(epoch));
-        bar.update(batch);
+        if (first_step_bytes < 0) first_step_bytes = comm.wire_bytes();
+        report.step(loss.item(), epoch, recipe.lr);
       }
-      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      bar.close();
       // The weights are the same everywhere: each rank evaluates every N-th test batch.
-      MetricsLog::Line line = log_line(epoch);
       test_acc = accuracy(model, test, rg::kCPU, &comm);
-      line["accuracy"] = test_acc;
-      log.write(std::move(line));
-      rate.restart(double(samples));
-      if (world.is_main())
-        std::printf("[Epoch %d] Loss: %.4f  test acc %.4f\n", epoch + 1, loss_meter.epoch_mean(),
-                    test_acc);
+      report.end_epoch(epoch, test_acc, recipe.lr);
     }
-    if (world.is_main())
+    if (world.is_main()) {
+      const int n = world.size();
+      const double predicted = 2.0 * (n - 1) / n * 4.0 * double(params);
+      std::printf("bytes each rank sent in a step: 2(N-1)/N x 4 x %ld parameters = %.0f predicted, "
+                  "%ld measured\n",
+                  long(params), predicted, long(first_step_bytes));
+      std::printf("CHECK ddp_bytes_per_step predicted=%.0f measured=%ld\n", predicted,
+                  long(first_step_bytes));
       std::printf("RESULT example=ddp_from_scratch world=%d test_acc=%.4f samples_per_s=%.0f\n",
-                  world.size(), test_acc, static_cast<double>(samples) / seconds);
+                  n, test_acc, report.samples_per_second());
+    }
     return 0;
   });
 }
