@@ -10,9 +10,10 @@
 // Open the file at https://ui.perfetto.dev ("Open trace file") or chrome://tracing.
 // Each process is one group of tracks (pid = rank, named "rank R"); each thread that
 // recorded something is one track in it (tid = a small per-thread number, named by
-// set_thread_name: "compute" for the thread that called start(), "comm" for the MPI
-// communication thread). So a learner sees backward on the compute track and each
-// bucket's all-reduce on the comm track, running at the same time.
+// set_thread_name: "compute" for the thread that called start(), "comm [0,1]" for the MPI
+// communication thread of the communicator between world ranks 0 and 1: one per group).
+// So a learner sees backward on the compute track and each bucket's all-reduce on the
+// comm track, running at the same time.
 //
 // Files: in a world of one, `path` itself. With world_size > 1 every rank writes its
 // own file, out.json -> out.rank<r>.json (ranks may be on different hosts, and only

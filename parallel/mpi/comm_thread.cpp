@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ringgrad/core/trace.h"
 
@@ -168,8 +169,25 @@ void CommThread::request_stop() {
   wake_.notify_one();
 }
 
+std::string comm_track_name(MPI_Comm comm) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  MPI_Group group, world;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> mine(static_cast<size_t>(size)), in_world(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) mine[static_cast<size_t>(i)] = i;
+  MPI_Group_translate_ranks(group, size, mine.data(), world, in_world.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  std::string name = "comm [";
+  for (int i = 0; i < size && i < 8; ++i) name += (i ? "," : "") + std::to_string(in_world[static_cast<size_t>(i)]);
+  name += size > 8 ? ",…] (" + std::to_string(size) + " ranks)" : "]";
+  return name;
+}
+
 void CommThread::loop() {
-  trace::set_thread_name("comm");
+  trace::set_thread_name(name_);
   for (;;) {
     Op op;
     bool have_op = false;

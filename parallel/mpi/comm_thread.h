@@ -1,21 +1,25 @@
-// comm_thread.h — the MPI backend's engine: one thread that makes every MPI call.
+// comm_thread.h — the MPI backend's engine: one thread that makes every MPI call of
+// one communicator.
 //
-//   caller thread(s)                       communication thread (one per rank)
+//   caller thread(s)                       communication thread (one per communicator:
+//                                          the world's, and each group's)
 //   ----------------                       -----------------------------------
 //   all_reduce_async(g) --push Op-->  [ FIFO queue ] --pop--> MPI_Allreduce(g) -> Work done
 //   ...keeps computing...                                    MPI_Isend/Irecv  -> polled
 //   work->wait()  <-------------- promise/future -----------
 //
-// * Every MPI call happens on this thread, so MPI only needs
-//   MPI_THREAD_SERIALIZED, and operations start in issue order: if every rank
-//   issues the same collectives in the same order (DDP does), they match.
+// * Every MPI call of a communicator happens on its thread, so operations start in
+//   issue order: if every rank issues the same collectives in the same order (DDP
+//   does), they match. A job with groups has several such threads calling MPI at
+//   once, which needs MPI_THREAD_MULTIPLE (split() checks that MPI offers it).
 // * Collectives are blocking calls on this thread: one at a time, in order.
 // * send/recv are posted as MPI_Isend/MPI_Irecv and completed later by polling
 //   (MPI_Test), so a rank can have a send and a receive in flight at once.
 //   Were they blocking, a ring exchange (every rank sends to r+1, then receives
 //   from r-1) would deadlock: each thread stuck in its send, nobody receiving.
 //
-// With tracing on (core/trace.h), this thread is the "comm" track: each collective
+// With tracing on (core/trace.h), this thread is a "comm [ranks]" track (the job's ranks
+// the communicator connects: comm_track_name): each collective
 // is a slice ("all_reduce 812 KB") while MPI runs it, each send/recv an interval
 // from post to completion, so the overlap with backward is visible.
 //
@@ -119,9 +123,15 @@ struct Op {
   std::string trace_name() const;  // "all_reduce 812 KB", "send 4 KB to 1"
 };
 
+// The name of the communication thread of `comm` in a trace: "comm" and the ranks of the
+// job it connects, "comm [0,1,2,3]" (at most 8 listed: "comm [0,4,8,…] (16 ranks)"), so
+// that every group of a mesh has its own track, named the same on each of its ranks.
+std::string comm_track_name(MPI_Comm comm);
+
 class CommThread {
  public:
-  explicit CommThread(MPI_Comm comm) : comm_(comm) {}
+  // name: the thread's track in traces, e.g. "comm [0,2]" (comm_track_name).
+  CommThread(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {}
   MPI_Comm comm() const { return comm_; }
 
   // Caller side: queue an operation and wake the thread; ask it to stop.
@@ -141,6 +151,8 @@ class CommThread {
   bool poll();  // whether any operation finished
 
   MPI_Comm comm_;
+
+  std::string name_;
   int64_t collectives_ = 0;  // numbered in push() (guarded by mutex_), published in start()
  public:
   std::shared_ptr<ProgressTable> progress_table;  // set once, before the first collective

@@ -128,7 +128,7 @@ class MpiCommunicator : public Communicator {
     info_ = info;
     // The thread shares ownership of its state, so that if we must leave it
     // running (see the destructor) it never touches freed memory.
-    thread_state_ = std::make_shared<CommThread>(comm);
+    thread_state_ = std::make_shared<CommThread>(comm, mpi::comm_track_name(comm));
     thread_ = std::thread([state = thread_state_] { state->loop(); });
     // Collective #1: the table of every rank's progress, for the watchdog's message.
     std::shared_ptr<mpi::ProgressTable> table;

@@ -10,7 +10,7 @@
 // enqueue and wait.
 //
 // Timeout: a wait() that lasts longer than RINGGRAD_COMM_TIMEOUT_S seconds
-// (default 300; 0 turns it off) means a peer has died or stalled: the rank
+// (default 300; "off": no limit) means a peer has died or stalled: the rank
 // prints which operation timed out and calls MPI_Abort, which ends the job.
 //
 // This header keeps <mpi.h> out: the backend lives in parallel/mpi/, and a
