@@ -18,8 +18,8 @@ int get_num_threads();
 // auto, the default: oneDNN where the build has it). float64 GEMMs are always Eigen's.
 std::string cpu_gemm_engine();
 
-// Which way the CPU computes a float32 attention tile with head dims d and dv and no mask
-// or dropout, in the forward (or with backward = true, the backward), causal or not:
+// Which way the CPU computes a float32 attention tile with head dims d and dv (with or
+// without an additive mask) and no dropout, in the forward (or with backward = true, the backward), causal or not:
 // "fused" (one kernel, the scores kept in registers: head dims 8, 16, 24, 32, 48, 64 and 128
 // on AVX-512, either pass, causal or not — the answer depends on neither today; until the
 // kernel took its groups in pairs, 128's backward went the GEMM route where not causal;

@@ -18,7 +18,7 @@
 // coordinate takes one, and its cp group shards it (the ring runs over the cp
 // group); the gradients are averaged over all N ranks, as picotron does.
 //
-// With --check (on by default for short sequences) every rank also runs the whole
+// With --check-up-to T (by default for sequences of up to 4096) every rank also runs the whole
 // sequence alone, without context parallelism, and compares the output: the
 // sharded run must give the same numbers.
 // --trace writes a Chrome trace of the second step: on each rank's comm track the K/V

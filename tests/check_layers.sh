@@ -5,7 +5,8 @@
 #   tests/check_layers.sh [SOURCE_DIR]     (default: this checkout; ctest runs it as `layers`)
 #
 # Prints the include graph (count of `#include "ringgrad/…"` lines from each folder into
-# each folder), then one line per broken rule. The layers, lowest first (README "Layers"):
+# each folder), then one line per broken rule. The layers, lowest first (docs/architecture.md,
+# "Layers"):
 #
 #   core ⇄ autograd    tensors and ops; ops record their backward (autograd's node/engine)
 #   data, nn, optim    each builds on core and autograd; optim may use nn's modules
@@ -75,7 +76,7 @@ while read -r src dst file inc; do
 done <<<"$edges"
 
 if [ $bad -ne 0 ]; then
-  echo "layers: FAILED (README \"Layers\" says which folder may include which)"
+  echo "layers: FAILED (docs/architecture.md, \"Layers\", says which folder may include which)"
   exit 1
 fi
 echo "layers: ok (no include goes up a layer, no backend internals outside core/)"
