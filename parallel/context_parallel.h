@@ -35,7 +35,8 @@ namespace ringgrad::parallel {
 
 // How attention sees the whole sequence inside the region (each equals one process):
 //   Ring       K/V shards travel the ring, N steps overlapped with compute (ring_attention.h);
-//              memory per rank O(T/N), traffic (N−1)/N of K and V per rank;
+//              memory per rank O(T/N); each rank sends K and V N−1 times in forward,
+//              again in backward with N hops of dK/dV: (3N−2)/N of the whole K and V;
 //   AllGather  K and V all-gathered once (Llama 3's): each rank attends its own queries to the
 //              whole K/V; backward reduce-scatters dK/dV. Simple, O(T) K/V per rank;
 //   Ulysses    an all-to-all turns sequence shards into head shards (DeepSpeed's): each rank
