@@ -24,7 +24,8 @@
 //   GPipe, m = 4   rank 0:  F0 F1 F2 F3 .. .. B0 B0 B1 B1 B2 B2 B3 B3 ..
 //                  rank 1:  .. F0 F1 F2 F3 B0 B0 B1 B1 B2 B2 B3 B3 .. ..
 //   (B takes twice as long as F; ".." is one tF of idle time: 2·(tF + tB) per rank.)
-// The program measures each rank's idle time (waiting for a neighbour's message) for
+// The program measures each rank's idle time (waiting for a neighbour's message, or for
+// the others to finish the step) for
 // both schedules and every m given, prints it beside the formula, checks that every
 // schedule gives the gradients of the plain model (one process, the whole batch), and
 // counts the activations each stage held at once.
@@ -131,8 +132,11 @@ StepStats pipeline_step(const Stage& stage, par::Communicator& comm, Schedule sc
     while (next_f < m) F(next_f++), B(next_b++);
     while (next_b < m) B(next_b++);
   }
+  // The step ends for everyone when the last stage is done: the time a rank finished
+  // early waits here is bubble too (the next step could not start sooner).
   const auto waiting = Clock::now();
   for (par::WorkHandle& w : sends) w->wait();
+  comm.barrier();
   stats.idle += since(waiting);
   stats.seconds = since(start);
   return stats;
@@ -193,11 +197,14 @@ int main(int argc, char** argv) {
         std::vector<double> v = all.tolist<double>();
         double bubble = 0, step_s = 0, grad = 0;
         std::string held;
+        int64_t held_sum = 0, held_predicted = 0;  // over the stages: GPipe m each, 1F1B p − r
         for (int q = 0; q < p; ++q) {
           bubble += v[4 * q] / p;
           step_s = std::max(step_s, v[4 * q + 1]);
           grad = std::max(grad, v[4 * q + 2]);
           held += (q ? "/" : "") + std::to_string(int64_t(v[4 * q + 3]));
+          held_sum += int64_t(v[4 * q + 3]);
+          held_predicted += schedule == Schedule::GPipe ? m : std::min<int64_t>(p - q, m);
         }
         worst_grad = std::max(worst_grad, grad);
         const char* name = schedule == Schedule::GPipe ? "gpipe" : "1f1b";
@@ -208,6 +215,8 @@ int main(int argc, char** argv) {
                       step_s * 1e3, held.c_str(), grad);
           std::printf("CHECK bubble_%s_m%ld predicted=%.3f measured=%.3f\n", name, long(m), theory,
                       bubble);
+          std::printf("CHECK held_%s_m%ld predicted=%ld measured=%ld\n", name, long(m),
+                      long(held_predicted), long(held_sum));
         }
       }
     }
