@@ -4,6 +4,8 @@
   tests/docs_commands.py SOURCE_DIR BUILD_DIR [FILE.md ...]   (ctest: docs_commands)
   tests/docs_commands.py SOURCE_DIR BUILD_DIR --list          the blocks, without running them
   tests/docs_commands.py --self-test                          the harness on made-up chapters
+  tests/docs_commands.py --run KEY=VALUE... -- COMMAND ARGS   one command, judged the same way
+                                                              (ctest entries of the examples)
 
 A chapter marks a shell block runnable in its fence's info string, with the tolerance of
 the checks it prints:
@@ -148,15 +150,65 @@ def self_test():
         ok = run.returncode == want and "Traceback" not in run.stdout
         failures += not ok
         print(f"{'ok     ' if ok else 'FAILED:'} {what} (exit {run.returncode}, expected {want})")
+    runs = [  # (--run arguments, expected exit status, what)
+        (["tolerance=0", "--", "echo", "CHECK a predicted=5 measured=5"], 0, "--run: a check that holds"),
+        (["tolerance=0", "--", "echo", "CHECK a predicted=5 measured=6"], 1, "--run: a check that fails"),
+        (["tolerance=0", "--", "echo", "no checks"], 1, "--run: a tolerance without checks"),
+        (["--", "false"], 1, "--run: a failing command"),
+    ]
+    for args, want, what in runs:
+        run = subprocess.run([sys.executable, __file__, "--run", *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ok = run.returncode == want and "Traceback" not in run.stdout
+        failures += not ok
+        print(f"{'ok     ' if ok else 'FAILED:'} {what} (exit {run.returncode}, expected {want})")
     print(f"docs_commands self-test: {failures} failed")
     if failures == 0:
         print("SELF-TEST PASSED")
     return 1 if failures else 0
 
 
+def run_one(argv):
+    """--run KEY=VALUE... -- COMMAND ARGS: one command judged as a runnable block is."""
+    if "--" not in argv:
+        print("docs_commands --run: expected KEY=VALUE... -- COMMAND ARGS", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    keys = {}
+    for item in argv[:split]:
+        key, _, value = item.partition("=")
+        if key not in KEYS:
+            raise Bad(f"--run: unknown key '{key}' (known: {sorted(KEYS)})")
+        try:
+            keys[key] = float(value)
+        except ValueError:
+            raise Bad(f"--run: {key}={value} is not a number")
+    command = argv[split + 1:]
+    if not command:
+        raise Bad("--run: no command after --")
+    try:
+        run = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=keys.get("timeout", 300))
+        output, status = run.stdout, run.returncode
+    except subprocess.TimeoutExpired:
+        output, status = "", f"timed out after {keys.get('timeout', 300):g} s"
+    print(output, end="")
+    problems, lines = judge(output, keys)
+    if status != 0:
+        problems.insert(0, f"exit status {status}")
+    for report in lines:
+        print(report)
+    for p in problems:
+        print(f"problem: {p}")
+    print("CHECKS PASSED" if not problems else "CHECKS FAILED")
+    return 1 if problems else 0
+
+
 def main(argv):
     if len(argv) == 2 and argv[1] == "--self-test":
         return self_test()
+    if len(argv) >= 2 and argv[1] == "--run":
+        return run_one(argv[2:])
     if len(argv) < 3:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
