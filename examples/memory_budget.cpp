@@ -17,6 +17,12 @@
 //                GELU (4·BTE each), the norms' mean and 1/std (4·BT) and attention's
 //                log-sum-exp per head (H·BT: the T×T scores are never stored, the fused
 //                kernel recomputes them in backward);
+//                17·B·T·E where the CPU's attention takes the GEMM route (a CPU without
+//                AVX-512, or RINGGRAD_CPU_ATTENTION=gemm): its output is laid out
+//                (B, H, T, D), so merging the heads for out_proj is a copy that out_proj
+//                keeps beside it; the fused kernel writes the output in the projection's
+//                (B, T, H, D) layout and the merge is a view (rg::cpu_attention_kernel says
+//                which route a head dim takes);
 //     the head   2·B·T·E + 2·B·T floats (the final norm's input, output and statistics)
 //                and the logits, B·T·V floats, which the loss keeps for its backward,
 //                plus the loss's own B·T log-sum-exps.
@@ -29,11 +35,38 @@
 // and the peak of the step, which the formulas do not cover: backward's temporary
 // tensors, each gradient being made before its activations are freed.
 // Ends with: RESULT example=memory_budget params=P state_mb=… activations_mb=… peak_mb=…
+//
+//   build/bin/memory_budget --precision fp32|bf16|autocast
+// predicts and measures the same parts in 16 bits (fp32, the default, is the above):
+//   bf16      the model cast to bfloat16 (model.to(kBFloat16)); AdamW keeps a float32
+//             master copy of each parameter (optim/optimizer.h), so the state is
+//             2·P + 2·P + (4 + 8)·P = 16·P bytes, as in float32. Every activation is
+//             bfloat16 except the norms' statistics and attention's log-sum-exp (float32
+//             by design), and attention's output is kept twice: 16-bit attention runs on
+//             contiguous float32 copies of q, k, v, so its output comes out (B, H, T, D) and
+//             merging the heads for out_proj is a copy (in float32 the fused kernel writes
+//             it in the projection's (B, T, H, D) layout, and the merge is a view):
+//     per block  2·17·BTE + 4·4·BT + 4·H·BT bytes;
+//     the head   2·2·BTE + 4·2·BT + 2·BTV + 2·BT (logits and the loss's lse in bfloat16).
+//   autocast  the float32 model under rg::autocast(kCPU, kBFloat16), as PyTorch's AMP: the
+//             state is float32's 16·P. GEMMs (linear, matmul, attention) cast their inputs
+//             to bfloat16 and keep those casts; layer_norm and cross_entropy run in float32
+//             (core/autocast.h); the residual stream stays float32 (bf16 + f32 -> f32):
+//     per block  4·2·BTE (the block's input and the residual after attention, float32)
+//                + 2·15·BTE (both norms' outputs cast for their linears, q, k, v, attention's
+//                output and its merged copy, the MLP's hidden layer before and after GELU)
+//                + 4·4·BT + 4·H·BT + 2·12·E·E (each linear keeps its bfloat16 weight copy:
+//                qkv 3·E·E, out_proj E·E, fc and proj 4·E·E each);
+//     the head   4·BTE + 2·BTE (the final norm's float32 input; its output cast for the LM
+//                head) + 4·2·BT + 2·V·E (the LM head's bfloat16 copy of the tied embedding)
+//                + 4·BTV + 4·BT (cross_entropy casts the logits up and keeps them in float32).
+// Each prints a CHECK line per part (memory_bf16_… / memory_autocast_…) and one for the state.
 #include <ringgrad/ringgrad.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "gpt/model.h"
 
@@ -45,12 +78,17 @@ int main(int argc, char** argv) {
   CLI::App app{"Where the memory of training goes: each part predicted, then measured"};
   gpt::GPTConfig c;
   int64_t batch = 8;
+  std::string precision = "fp32";
   app.add_option("--layers", c.layers, "L: Transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d-model", c.d_model, "E: model width")->check(CLI::PositiveNumber);
   app.add_option("--heads", c.heads, "H: attention heads (dividing --d-model)")
       ->check(CLI::PositiveNumber);
   app.add_option("--seq", c.seq, "T: context length")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", batch, "B: sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--precision", precision,
+                 "fp32; bf16 (the model in bfloat16, float32 master weights in AdamW); "
+                 "autocast (the float32 model under rg::autocast(bfloat16))")
+      ->check(CLI::IsMember({"fp32", "bf16", "autocast"}));
   CLI11_PARSE(app, argc, argv);
   try {
     RG_CHECK(c.d_model % c.heads == 0, "memory_budget", "expected --heads dividing --d-model ",
@@ -64,7 +102,9 @@ int main(int argc, char** argv) {
     rg::Tensor targets = rg::randint(0, 256, {batch, c.seq});
 
     const int64_t empty = live();
+    const bool bf16 = precision == "bf16", amp = precision == "autocast";
     gpt::GPT model(c);
+    if (bf16) model.to(rg::kBFloat16);  // the float32 weights are freed: 2 bytes each now
     const int64_t with_model = live();
     int64_t P = 0;
     for (const rg::Tensor& p : model.parameters()) P += p.numel();
@@ -72,8 +112,11 @@ int main(int argc, char** argv) {
 
     rg::reset_peak_memory();
     const int64_t before_step = live();
-    rg::Tensor loss =
-        rg::nn::cross_entropy(model(tokens).reshape({-1, c.vocab}), targets.reshape({-1}));
+    rg::Tensor loss;
+    {
+      rg::autocast region(rg::kCPU, rg::kBFloat16, amp);  // off unless --precision autocast
+      loss = rg::nn::cross_entropy(model(tokens).reshape({-1, c.vocab}), targets.reshape({-1}));
+    }
     const int64_t after_forward = live();
     loss.backward();
     loss = rg::Tensor();  // the graph and what it saved are gone with it
@@ -87,19 +130,54 @@ int main(int argc, char** argv) {
       const char* formula;
       double predicted, measured;
     };
-    const double per_block = 16 * B * T * E + (4 + H) * B * T;
-    const double head = 2 * B * T * E + 2 * B * T + B * T * V + B * T;
-    const Part parts[] = {
-        // (the model also keeps its positions 0..T−1 as int64: 8·T bytes)
-        {"parameters", "4*P", 4.0 * double(P) + 8 * T, double(with_model - empty)},
-        {"activations", "4*(L*(16*BTE + (4+H)*BT) + 2*BTE + 2*BT + BTV + BT)",
-         4 * (L * per_block + head), double(after_forward - before_step)},
-        {"gradients", "4*P", 4.0 * double(P), double(after_backward - before_step)},
-        {"AdamW state", "8*P", 8.0 * double(P), double(after_step - after_backward)},
+    // The attention's route decides whether merging its heads costs a copy (see the top).
+    const auto fused = [&](bool backward) {
+      return rg::cpu_attention_kernel(c.d_model / c.heads, c.d_model / c.heads, backward, true) == "fused";
     };
+    const bool merge_is_view = fused(false) && fused(true);
+    const double per_block = (merge_is_view ? 16 : 17) * B * T * E + (4 + H) * B * T;
+    const double head = 2 * B * T * E + 2 * B * T + B * T * V + B * T;
+    const double Pd = double(P), BTE = B * T * E, BT = B * T, BTV = B * T * V;
+    // The other precisions' activations, in bytes (see the top of the file).
+    const double bf16_block = 2 * 17 * BTE + 4 * 4 * BT + 4 * H * BT;
+    const double bf16_head = 2 * 2 * BTE + 4 * 2 * BT + 2 * BTV + 2 * BT;
+    const double amp_block = 4 * 2 * BTE + 2 * 15 * BTE + 4 * 4 * BT + 4 * H * BT + 2 * 12 * E * E;
+    const double amp_head = 4 * BTE + 2 * BTE + 4 * 2 * BT + 2 * V * E + 4 * BTV + 4 * BT;
+    std::vector<Part> parts;
+    if (bf16) {
+      parts = {
+          {"parameters", "2*P", 2 * Pd + 8 * T, double(with_model - empty)},
+          {"activations", "L*(34BTE+16BT+4HBT) + 4BTE+8BT+2BTV+2BT",
+           L * bf16_block + bf16_head, double(after_forward - before_step)},
+          {"gradients", "2*P", 2 * Pd, double(after_backward - before_step)},
+          {"AdamW state", "12*P (m, v and the float32 master copy)", 12 * Pd,
+           double(after_step - after_backward)},
+      };
+    } else if (amp) {
+      parts = {
+          {"parameters", "4*P", 4 * Pd + 8 * T, double(with_model - empty)},
+          {"activations", "L*(38BTE+16BT+4HBT+24EE) + 6BTE+8BT+2VE+4BTV+4BT",
+           L * amp_block + amp_head, double(after_forward - before_step)},
+          {"gradients", "4*P", 4 * Pd, double(after_backward - before_step)},
+          {"AdamW state", "8*P", 8 * Pd, double(after_step - after_backward)},
+      };
+    } else {
+      parts = {
+          // (the model also keeps its positions 0..T−1 as int64: 8·T bytes)
+          {"parameters", "4*P", 4.0 * double(P) + 8 * T, double(with_model - empty)},
+          {"activations",
+           merge_is_view ? "4*(L*(16*BTE + (4+H)*BT) + 2*BTE + 2*BT + BTV + BT)"
+                         : "4*(L*(17*BTE + (4+H)*BT) + 2*BTE + 2*BT + BTV + BT)",
+           4 * (L * per_block + head), double(after_forward - before_step)},
+          {"gradients", "4*P", 4.0 * double(P), double(after_backward - before_step)},
+          {"AdamW state", "8*P", 8.0 * double(P), double(after_step - after_backward)},
+      };
+    }
     std::printf("GPT: %ld blocks, d_model %ld, %ld heads, context %ld, batch %ld: P = %ld "
                 "parameters\n",
                 long(c.layers), long(c.d_model), long(c.heads), long(c.seq), long(batch), long(P));
+    if (bf16) std::printf("precision bf16: the model in bfloat16, AdamW's float32 master weights\n");
+    if (amp) std::printf("precision autocast: the float32 model under rg::autocast(bfloat16)\n");
     std::printf("%-13s %-54s %12s %12s\n", "", "formula (bytes)", "predicted MB", "measured MB");
     for (const Part& p : parts)
       std::printf("%-13s %-54s %12.3f %12.3f\n", p.name, p.formula, p.predicted / 1e6,
@@ -109,12 +187,17 @@ int main(int argc, char** argv) {
                 16.0 * double(P) / 1e6, state / 1e6);
     std::printf("%-13s %-54s %12s %12.3f\n", "step's peak", "above: backward's temporaries", "",
                 double(peak - empty) / 1e6);
+    const std::string prefix = bf16 ? "bf16_" : amp ? "autocast_" : "";
     for (const Part& p : parts)
-      std::printf("CHECK memory_%s predicted=%.0f measured=%.0f\n",
+      std::printf("CHECK memory_%s%s predicted=%.0f measured=%.0f\n", prefix.c_str(),
                   std::string(p.name) == "AdamW state" ? "adamw" : p.name, p.predicted, p.measured);
+    if (bf16 || amp)  // 16 bits do not shrink the training state
+      std::printf("CHECK memory_%sstate predicted=%.0f measured=%.0f\n", prefix.c_str(),
+                  16.0 * double(P), state);
     std::printf("RESULT example=memory_budget params=%ld state_mb=%.3f activations_mb=%.3f "
-                "peak_mb=%.3f\n",
-                long(P), state / 1e6, parts[1].measured / 1e6, double(peak - empty) / 1e6);
+                "peak_mb=%.3f%s%s\n",
+                long(P), state / 1e6, parts[1].measured / 1e6, double(peak - empty) / 1e6,
+                bf16 || amp ? " precision=" : "", bf16 || amp ? precision.c_str() : "");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memory_budget: error: %s\n", e.what());
