@@ -25,8 +25,8 @@
 //                  rank 1:  .. F0 F1 F2 F3 B0 B0 B1 B1 B2 B2 B3 B3 .. ..
 //   (B takes twice as long as F; ".." is one tF of idle time: 2·(tF + tB) per rank.)
 // The program measures each rank's idle time (waiting for a neighbour's message, or for
-// the others to finish the step) for
-// both schedules and every m given, prints it beside the formula, checks that every
+// the others to finish the step) for both schedules and every m given (the median of
+// --steps steps after a warm-up), prints it beside the formula, checks that every
 // schedule gives the gradients of the plain model (one process, the whole batch), and
 // counts the activations each stage held at once.
 // Ends with: RESULT example=pipeline_from_scratch world=P micro_batches=M gpipe_bubble=…
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--width", width, "features of every layer")->check(CLI::PositiveNumber);
   app.add_option("--rows", rows, "rows per micro-batch (a batch has m of them)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "steps per measurement (the fastest counts)")
+  app.add_option("--steps", steps, "steps per measurement, after a warm-up (the median counts)")
       ->check(CLI::PositiveNumber);
   if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;
 
@@ -177,12 +177,21 @@ int main(int argc, char** argv) {
       (whole.forward(x).pow(2).sum() * (1.0 / double(x.size(0)))).backward();
       const double theory = double(p - 1) / double(m + p - 1);
       for (Schedule schedule : {Schedule::GPipe, Schedule::OneFOneB}) {
-        StepStats best;
-        for (int64_t s = 0; s < steps; ++s) {
+        // One warm-up step, then `steps` measured ones. Each step's bubble is the mean of
+        // the ranks' idle / step (an all-reduce, after the step); the median step counts,
+        // so that a moment when the machine ran something else does not.
+        StepStats last;
+        std::vector<std::pair<double, double>> measured;  // (mean bubble, step seconds)
+        for (int64_t s = 0; s <= steps; ++s) {
           for (rg::Tensor& t : stage.parameters()) t.set_grad(rg::Tensor());
-          StepStats st = pipeline_step(stage, comm, schedule, x, m);
-          if (s == 0 || st.seconds < best.seconds) best = st;
+          last = pipeline_step(stage, comm, schedule, x, m);
+          rg::Tensor b = rg::from_vector<double>({last.idle / last.seconds / p, last.seconds / p},
+                                                 {2}, {.dtype = rg::kFloat64});
+          comm.all_reduce(b, par::Reduce::Sum);
+          if (s > 0) measured.emplace_back(b.tolist<double>()[0], b.tolist<double>()[1]);
         }
+        std::sort(measured.begin(), measured.end());
+        const auto [median_bubble, median_seconds] = measured[measured.size() / 2];
         // The gradients of one step against the plain model's layers [r·L, (r+1)·L).
         double diff = 0;
         std::vector<rg::Tensor> mine = stage.parameters();
@@ -191,16 +200,15 @@ int main(int argc, char** argv) {
           diff = std::max(diff, rg::amax(rg::abs(mine[layers + l].grad() - whole.biases[r * layers + l].grad())).item());
         }
         // Every rank's bubble (idle / step) and the worst gradient difference, on rank 0.
-        rg::Tensor numbers = rg::from_vector<double>({best.idle / best.seconds, best.seconds, diff,
-                                                     double(best.max_held)}, {4}, {.dtype = rg::kFloat64});
+        rg::Tensor numbers = rg::from_vector<double>({0.0, 0.0, diff, double(last.max_held)}, {4},
+                                                     {.dtype = rg::kFloat64});
         rg::Tensor all = comm.all_gather(numbers);  // (p, 4)
         std::vector<double> v = all.tolist<double>();
-        double bubble = 0, step_s = 0, grad = 0;
+        const double bubble = median_bubble, step_s = median_seconds;
+        double grad = 0;
         std::string held;
         int64_t held_sum = 0, held_predicted = 0;  // over the stages: GPipe m each, 1F1B p − r
         for (int q = 0; q < p; ++q) {
-          bubble += v[4 * q] / p;
-          step_s = std::max(step_s, v[4 * q + 1]);
           grad = std::max(grad, v[4 * q + 2]);
           held += (q ? "/" : "") + std::to_string(int64_t(v[4 * q + 3]));
           held_sum += int64_t(v[4 * q + 3]);
@@ -221,7 +229,8 @@ int main(int argc, char** argv) {
       }
     }
     if (world.is_main()) {
-      std::printf("bubble: each rank's time waiting for a neighbour / its step, averaged over ranks;"
+      std::printf("bubble: each rank's time waiting (for a neighbour, or the step's end) / the step,"
+                  " averaged over ranks, median of the steps;"
                   " held: activations each stage held at once (rank 0/1/...)\n");
       std::printf("every schedule's gradients equal the plain model's: max diff %.2g (float32)\n",
                   worst_grad);
