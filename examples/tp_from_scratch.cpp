@@ -25,12 +25,24 @@
 // all-reduce sends 2(N−1)/N of its tensor from every rank, so each rank sends
 //   2 · 2(N−1)/N · B·E · 8 bytes (float64)
 // per step, whatever F is: tensor parallelism's traffic grows with the activations, not
-// the weights. The program prints that beside the bytes its sends really carried.
+// the weights. What each rank keeps for backward shrinks: the hidden layer before and
+// after gelu, 2·B·F/N numbers instead of 2·B·F (plus y, B·E, the step's output).
+// The program prints both beside what its sends carried and what its tensors hold.
 // Then it checks what tensor parallelism promises: the output and every gradient equal
 // the plain MLP's (the whole weights on one rank), in float64.
+//
+//   scripts/rgrun -n 2 build/bin/tp_from_scratch --sequence-parallel
+// Sequence parallelism (Megatron's, with the rows of x as the sequence): outside the
+// two linears each rank keeps only its B/N rows — x's, and y's — and f and g become
+// an all-gather of the rows before fc1 (backward: a reduce-scatter) and a reduce-scatter
+// after fc2 (backward: an all-gather), the library's gather_from_sequence_region and
+// reduce_scatter_to_sequence_region. An all-reduce is a reduce-scatter then an
+// all-gather, so the bytes are the same, 4·(N−1)/N·B·E·8, plus dL/db2's all-reduce
+// (each rank added b2 to its own rows only): 2(N−1)/N·E·8.
 // Ends with: RESULT example=tp_from_scratch world=N max_diff=… bytes_per_step=…
 #include <ringgrad/autograd/function.h>
 #include <ringgrad/parallel/ring_allreduce.h>
+#include <ringgrad/parallel/tensor_parallel.h>
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/ringgrad.h>
 
@@ -78,14 +90,20 @@ double max_diff(const rg::Tensor& a, const rg::Tensor& b) {
   return rg::amax(rg::abs(a - b)).item() / std::max(1.0, rg::amax(rg::abs(b)).item());
 }
 
+// Bytes held by every live tensor now (core/storage.h).
+int64_t live() { return rg::memory_stats().live_bytes; }
+
 int main(int argc, char** argv) {
   par::World world(argc, argv);
   CLI::App app{"Tensor parallelism from scratch: a column- then row-parallel MLP (rgrun -n N)"};
   int64_t batch = 8, embed = 16, hidden = 64;
-  app.add_option("--batch", batch, "rows of x (tokens)")->check(CLI::PositiveNumber);
+  bool sequence_parallel = false;
+  app.add_option("--batch", batch, "B: rows of x (tokens)")->check(CLI::PositiveNumber);
   app.add_option("--embed", embed, "E: features in and out")->check(CLI::PositiveNumber);
   app.add_option("--hidden", hidden, "F: hidden features, split over the ranks")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--sequence-parallel", sequence_parallel,
+               "also cut x's and y's rows over the ranks (B divisible by N)");
   if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;
 
   return par::main_guard(world, [&] {
@@ -93,6 +111,9 @@ int main(int argc, char** argv) {
     const int n = world.size(), r = world.rank();
     RG_CHECK(hidden % n == 0, "tp_from_scratch", "expected --hidden divisible by the world size ",
              n, ", got ", hidden);
+    RG_CHECK(!sequence_parallel || batch % n == 0, "tp_from_scratch",
+             "expected --batch divisible by the world size ", n, " with --sequence-parallel, got ",
+             batch);
     const rg::TensorOptions f64{.dtype = rg::kFloat64};
 
     // The whole MLP, the same on every rank (one seed), and its input.
@@ -106,19 +127,38 @@ int main(int argc, char** argv) {
     rg::Tensor y_plain = rg::nn::linear(rg::gelu(rg::nn::linear(x, W1, b1)), W2, b2);
     y_plain.pow(2).sum().backward();  // any loss will do: L = Σ y²
 
-    // This rank's slices: rows of W1 and b1, columns of W2 (copies that are leaves).
-    const int64_t k = hidden / n;
+    // This rank's slices: rows of W1 and b1, columns of W2 (copies that are leaves);
+    // with sequence parallelism also its rows of x.
+    const int64_t k = hidden / n, rows = sequence_parallel ? batch / n : batch;
+    const int64_t row0 = sequence_parallel ? r * rows : 0;
     rg::Tensor w1 = W1.detach().narrow(0, r * k, k).contiguous().requires_grad_();
     rg::Tensor c1 = b1.detach().narrow(0, r * k, k).contiguous().requires_grad_();
     rg::Tensor w2 = W2.detach().narrow(1, r * k, k).contiguous().requires_grad_();
     rg::Tensor c2 = b2.detach().clone().requires_grad_();  // whole: added once, after g
-    rg::Tensor xs = x.detach().clone().requires_grad_();
+    rg::Tensor xs = x.detach().narrow(0, row0, rows).contiguous().requires_grad_();
 
-    // The tensor-parallel MLP: f, fc1's slice, gelu, fc2's slice, g, then b2.
+    // The tensor-parallel MLP: f, fc1's slice, gelu, fc2's slice, g, then b2. Under
+    // sequence parallelism f and g are the all-gather / reduce-scatter pair instead.
+    // Bytes kept are counted between two barriers: by then the communication thread has let
+    // go of the tensors of every call before it (it holds them while they are in flight).
+    comm.barrier();
     comm.reset_wire_bytes();
-    rg::Tensor h = rg::gelu(rg::nn::linear(f(xs, comm), w1, c1));  // (B, F/N): this rank's features
-    rg::Tensor y = g(rg::nn::linear(h, w2), comm) + c2;           // (B, E): the whole output
+    const int64_t before = live();
+    rg::Tensor in = sequence_parallel ? par::gather_from_sequence_region(xs, comm, /*seq_dim=*/0)
+                                      : f(xs, comm);                // (B, E) on every rank
+    rg::Tensor h = rg::gelu(rg::nn::linear(in, w1, c1));            // (B, F/N): this rank's features
+    rg::Tensor partial = rg::nn::linear(h, w2);                     // (B, E): a partial sum of y
+    rg::Tensor y = (sequence_parallel ? par::reduce_scatter_to_sequence_region(partial, comm, 0)
+                                      : g(partial, comm)) + c2;     // (B or B/N, E): summed
+    partial = rg::Tensor();  // (g's sum is all that needs it)
+    comm.barrier();  // (and of the forward's sends)
+    const int64_t kept = live() - before;  // what forward left for backward, and y
     y.pow(2).sum().backward();
+    // b2 was added to this rank's rows only: the rows' gradients summed over the ranks.
+    if (sequence_parallel) {
+      rg::Tensor db2 = c2.grad();  // a handle: the sum lands in c2.grad() itself
+      par::ring_all_reduce(comm, db2, par::Reduce::Sum);
+    }
     const int64_t sent = comm.wire_bytes();
 
     // Compare: y, dL/dx, dL/db2 whole; dL/dW1, dL/db1, dL/dW2 against this rank's slices.
@@ -127,8 +167,9 @@ int main(int argc, char** argv) {
       double diff;
     };
     const Check checks[] = {
-        {"output y", max_diff(y, y_plain)},
-        {"dL/dx (f's all-reduce)", max_diff(xs.grad(), x.grad())},
+        {"output y", max_diff(y, y_plain.narrow(0, row0, rows))},
+        {sequence_parallel ? "dL/dx (reduce-scatter)" : "dL/dx (f's all-reduce)",
+         max_diff(xs.grad(), x.grad().narrow(0, row0, rows))},
         {"dL/dW1 (rows)", max_diff(w1.grad(), W1.grad().narrow(0, r * k, k))},
         {"dL/db1 (rows)", max_diff(c1.grad(), b1.grad().narrow(0, r * k, k))},
         {"dL/dW2 (columns)", max_diff(w2.grad(), W2.grad().narrow(1, r * k, k))},
@@ -140,20 +181,35 @@ int main(int argc, char** argv) {
     comm.all_reduce(worst_all, par::Reduce::Max);  // every rank's slices, one verdict
     worst = worst_all.item();
 
-    const double predicted = 2.0 * 2.0 * (n - 1) / n * double(batch * embed) * 8.0;
+    // The formulas. Bytes: 2 all-reduces of B·E (or their halves, twice; plus dL/db2's).
+    // Kept: gelu's input and output (B·F/N each), y; sequence parallelism keeps the
+    // gathered x too (fc1 saves its input for dL/dW1), and y is B/N rows.
+    const double B = double(batch), E = double(embed), F = double(hidden), N = double(n);
+    const double predicted = 2.0 * 2.0 * (N - 1) / N * B * E * 8.0 +
+                             (sequence_parallel ? 2.0 * (N - 1) / N * E * 8.0 : 0.0);
+    const double kept_predicted =
+        8.0 * (2.0 * B * F / N + (sequence_parallel ? B * E + B / N * E : B * E));
     if (world.is_main()) {
-      std::printf("tensor parallel MLP: E=%ld F=%ld over %d ranks (F/N=%ld features each), B=%ld\n",
+      std::printf("tensor parallel MLP%s: E=%ld F=%ld over %d ranks (F/N=%ld features each), B=%ld\n",
+                  sequence_parallel ? ", sequence parallel (x's and y's rows cut too)" : "",
                   long(embed), long(hidden), n, long(k), long(batch));
       for (const Check& c : checks)
         std::printf("  %-24s rank 0: max |tp - plain| / max |plain| = %.3g\n", c.what, c.diff);
       std::printf("every rank, every tensor: %.3g (float64: equal up to the order of the sums)\n",
                   worst);
-      std::printf("bytes each rank sent this step: 2 all-reduces x 2(N-1)/N x B*E x 8 = %.0f "
-                  "predicted, %ld measured\n",
+      std::printf("bytes each rank sent this step: %s = %.0f predicted, %ld measured\n",
+                  sequence_parallel ? "4 x (N-1)/N x B*E x 8 + 2(N-1)/N x E x 8"
+                                    : "2 all-reduces x 2(N-1)/N x B*E x 8",
                   predicted, long(sent));
+      std::printf("bytes each rank kept after forward: %s = %.0f predicted, %ld measured "
+                  "(the plain MLP: 8 x (2*B*F + B*E) = %.0f)\n",
+                  sequence_parallel ? "8 x (2*B*F/N + B*E + B/N*E)" : "8 x (2*B*F/N + B*E)",
+                  kept_predicted, long(kept), 8.0 * (2.0 * B * F + B * E));
       std::printf("CHECK tp_bytes_per_step predicted=%.0f measured=%ld\n", predicted, long(sent));
-      std::printf("RESULT example=tp_from_scratch world=%d max_diff=%.3g bytes_per_step=%ld\n", n,
-                  worst, long(sent));
+      std::printf("CHECK tp_kept_bytes predicted=%.0f measured=%ld\n", kept_predicted, long(kept));
+      std::printf("RESULT example=tp_from_scratch world=%d sequence_parallel=%d max_diff=%.3g "
+                  "bytes_per_step=%ld kept_bytes=%ld\n",
+                  n, int(sequence_parallel), worst, long(sent), long(kept));
     }
     return worst <= 1e-12 ? 0 : 1;
   });

@@ -39,6 +39,11 @@ fig_02-sharding() {
   draw 02-sharding "$work/fsdp.json" "FSDP on 2 ranks: each unit all-gathered, used, freed; gradients reduce-scattered"
 }
 
+fig_03-tensor-parallel() {
+  scripts/rgrun -n 2 build/bin/gpt "${gpt_small[@]}" --tp 2 --trace "$work/tp.json" >/dev/null
+  draw 03-tensor-parallel "$work/tp.json" "tensor parallelism on 2 ranks: an all-reduce after every split pair of layers"
+}
+
 fig_05-context-parallel() {
   scripts/rgrun -n 2 build/bin/context_parallel --seq 1024 --d-model 64 --nhead 4 --steps 2 \
     --trace "$work/cp.json" >/dev/null
@@ -51,7 +56,7 @@ fig_04-pipeline-parallel() {
   draw 04-pipeline-parallel "$work/pp.json" "1F1B on 2 stages, 4 micro-batches"
 }
 
-all=(00-one-device 01-ddp 02-sharding 04-pipeline-parallel 05-context-parallel)
+all=(00-one-device 01-ddp 02-sharding 03-tensor-parallel 04-pipeline-parallel 05-context-parallel)
 for name in "${@:-${all[@]}}"; do
   declare -F "fig_$name" >/dev/null || { echo "make_figures: no figure '$name' (${all[*]})" >&2; exit 2; }
   "fig_$name"
