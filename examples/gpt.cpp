@@ -56,6 +56,9 @@
 // --max-steps N stops after step N (the schedule still spans --steps), to resume later.
 // --trace FILE.json writes a Chrome trace of one step: FSDP's all-gathers and
 // reduce-scatters, DDP's buckets or the ring's K/V transfers on each rank's comm track.
+// --budget prints, for the second step, each rank's parameters and the bytes it sent on
+// each axis of the mesh (tp, pp, the data-parallel group, the gradient norm's group)
+// beside gpt/budget.h's formulas, one CHECK line each (--strategy ddp, --cp 1).
 //
 // --precision bf16|fp16: PyTorch's AMP recipe (examples/precision.h): forward and loss (and
 // the validation loss) under rg::autocast, the float32 parameters as master weights; fp16
@@ -91,6 +94,7 @@
 #include <vector>
 
 #include "checkpointing.h"
+#include "gpt/budget.h"    // --budget: what a rank keeps and sends, as formulas
 #include "gpt/model.h"     // the model: GPTConfig, Block, GPT
 #include "gpt/parallel.h"  // its tensor- and pipeline-parallel pieces: ParallelBlock, Stage
 #include "gpt_text.h"
@@ -273,6 +277,39 @@ struct Trainer {
   }
 };
 
+// ---------------------------------------------------------------- --budget
+
+// Every rank's parameters and bytes sent per axis (tp, pp, data, norm) in one step, gathered
+// on rank 0 and printed beside gpt/budget.h's predictions: a table, then one CHECK line
+// per rank and quantity. A collective: every rank calls it.
+void print_budget(par::World& world, const GPTConfig& config, int64_t batch, const gpt::BudgetLayout& layout,
+                  const std::vector<rg::Tensor>& params, const std::array<int64_t, 4>& sent) {
+  const gpt::Budget p = gpt::predict_budget(config, batch, layout);
+  int64_t held = 0;
+  for (const rg::Tensor& t : params) held += t.numel();
+  const std::vector<double> mine{double(layout.stage), p.params, double(held), p.tp_bytes, double(sent[0]),
+                                 p.pp_bytes, double(sent[1]), p.data_bytes, double(sent[2]), p.norm_bytes,
+                                 double(sent[3])};
+  constexpr size_t kFields = 11;
+  std::vector<double> all = world.communicator()
+                                .all_gather(rg::from_vector(mine, {int64_t(kFields)}, {.dtype = rg::kFloat64}))
+                                .tolist<double>();
+  if (!world.is_main()) return;
+  std::printf("budget of step 2, per rank: parameters held and bytes sent on each axis, predicted / measured\n"
+              "%4s %5s %22s %24s %24s %24s %14s\n", "rank", "stage", "parameters", "tp bytes", "pp bytes",
+              "data bytes", "norm bytes");
+  const char* names[] = {"params", "tp_bytes", "pp_bytes", "data_bytes", "norm_bytes"};
+  for (int r = 0; r < world.size(); ++r) {
+    const double* v = &all[size_t(r) * kFields];
+    std::printf("%4d %5.0f %10.0f /%10.0f %11.0f /%11.0f %11.0f /%11.0f %11.0f /%11.0f %6.0f /%6.0f\n", r, v[0],
+                v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]);
+  }
+  for (int r = 0; r < world.size(); ++r)
+    for (size_t q = 0; q < 5; ++q)
+      std::printf("CHECK budget_rank%d_%s predicted=%.0f measured=%.0f\n", r, names[q],
+                  all[size_t(r) * kFields + 1 + 2 * q], all[size_t(r) * kFields + 2 + 2 * q]);
+}
+
 // ---------------------------------------------------------------- generation
 
 // Continues `prompt` by `length` bytes, sampling each from the softmax of the last
@@ -358,6 +395,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "model initialisation and data order");
   ckpt.add_options(app);
   app.add_option("--trace", trace_path, "write a Chrome trace of the third step to FILE.json");
+  bool budget = false;
+  app.add_flag("--budget", budget, "print each rank's parameters and bytes sent per mesh axis in step 2, "
+               "beside gpt/budget.h's formulas (--strategy ddp, --cp 1)");
   Precision precision;  // --precision fp32|bf16|fp16 (precision.h)
   precision.add_options(app);
   CommHookOption comm_hook;  // --comm-hook none|bf16|fp16 (precision.h)
@@ -395,6 +435,11 @@ int main(int argc, char** argv) {
              "gpt", "expected --comm-hook none unless DDP averages the gradients (--strategy ddp or zero1, "
              "no --tp/--pp), got --comm-hook ", comm_hook.name, " with --strategy ", strategy);
     ckpt.check();
+    RG_CHECK(!budget || (strategy == "ddp" && cp == 1 && steps >= 2 && !precision.mixed() &&
+                         comm_hook.name == "none"),
+             "gpt", "expected --budget with --strategy ddp, --cp 1, fp32, no --comm-hook and --steps >= 2 "
+             "(its formulas count those; chapters 2 and 5 count the others), got --strategy ", strategy,
+             " --cp ", cp, " --steps ", steps);
     RG_CHECK((tp == 1 && pp == 1) || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
              "expected no --save or --resume with --tp or --pp above 1 (not yet)");
     // The mesh, tp varying fastest (its ranks talk most: on a GPU host, the same node).
@@ -537,6 +582,11 @@ int main(int argc, char** argv) {
       for (size_t& s : starts) s = pick(rng);
       auto [x, y] = windows(text.train, starts, config.seq);
 
+      // --budget: the second step's bytes on each axis (the first may set things up).
+      const bool budgeted = budget && step == start_step + 1;
+      std::array<par::Communicator*, 4> axes{&groups.tp, &groups.pp, &everyone, &groups.pp_tp};
+      if (budgeted)
+        for (par::Communicator* c : axes) c->reset_wire_bytes();
       trainer.zero_grad();
       const double local = on_my_part(x, y, [&](const rg::Tensor& xs, const rg::Tensor& ys) {
         return trainer.train_step(xs, ys);
@@ -544,6 +594,13 @@ int main(int argc, char** argv) {
       trainer.clip(1.0);
       trainer.step();
       schedule.step();
+      if (budgeted) {
+        std::array<int64_t, 4> sent{};
+        for (size_t a = 0; a < axes.size(); ++a) sent[a] = axes[a]->wire_bytes();
+        print_budget(world, config, batch, {.dp = dp, .pp = pp, .tp = tp, .micro_batches = pp > 1 ? micro_batches : 1,
+                                            .stage = groups.pp_rank},
+                     trainer.pipeline ? trainer.stage->parameters() : model.parameters(), sent);
+      }
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (step > start_step) seconds += elapsed, timed_tokens += batch * dp * config.seq;  // not the first: warm-up
       if (traced) {

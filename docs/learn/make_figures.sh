@@ -56,7 +56,12 @@ fig_04-pipeline-parallel() {
   draw 04-pipeline-parallel "$work/pp.json" "1F1B on 2 stages, 4 micro-batches"
 }
 
-all=(00-one-device 01-ddp 02-sharding 03-tensor-parallel 04-pipeline-parallel 05-context-parallel)
+fig_06-mesh() {
+  scripts/rgrun -n 8 build/bin/gpt "${gpt_small[@]}" --dp 2 --pp 2 --tp 2 --trace "$work/mesh.json" >/dev/null
+  draw 06-mesh "$work/mesh.json" "dp 2 x pp 2 x tp 2 on 8 ranks: ranks 0-3, one replica's two stages" --ranks 0-3
+}
+
+all=(00-one-device 01-ddp 02-sharding 03-tensor-parallel 04-pipeline-parallel 05-context-parallel 06-mesh)
 for name in "${@:-${all[@]}}"; do
   declare -F "fig_$name" >/dev/null || { echo "make_figures: no figure '$name' (${all[*]})" >&2; exit 2; }
   "fig_$name"
