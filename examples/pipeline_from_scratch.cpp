@@ -21,14 +21,16 @@
 // computes for m·(tF + tB) of it; the rest, the bubble, is
 //   (p − 1) / (m + p − 1)           of every rank's step,
 // which only more micro-batches (or fewer stages) shrink. p = 2:
-//   GPipe, m = 4   rank 0:  F0 F1 F2 F3 .. .. B0 B0 B1 B1 B2 B2 B3 B3 ..
+//   GPipe, m = 4   rank 0:  F0 F1 F2 F3 .. .. .. B0 B0 B1 B1 B2 B2 B3 B3
 //                  rank 1:  .. F0 F1 F2 F3 B0 B0 B1 B1 B2 B2 B3 B3 .. ..
-//   (B takes twice as long as F; ".." is one tF of idle time: 2·(tF + tB) per rank.)
+//   (B takes twice as long as F; ".." is one tF of idle time: 3·tF = (p − 1)·(tF + tB) of
+//   the 15 tF of the step on each rank, 3/15 = (p − 1)/(m + p − 1).)
 // The program measures each rank's idle time (waiting for a neighbour's message, or for
 // the others to finish the step) for both schedules and every m given (the median of
 // --steps steps after a warm-up), prints it beside the formula, checks that every
 // schedule gives the gradients of the plain model (one process, the whole batch), and
-// counts the activations each stage held at once.
+// counts the activations each stage held at once. --last-stage-layers K gives the last
+// stage K layers instead of L: the formula assumes equal stages, the measurement does not.
 // Ends with: RESULT example=pipeline_from_scratch world=P micro_batches=M gpipe_bubble=…
 //            onef1b_bubble=… theory=…   (for the last m given)
 #include <ringgrad/parallel/world.h>
@@ -146,11 +148,13 @@ int main(int argc, char** argv) {
   par::World world(argc, argv);
   CLI::App app{"Pipeline parallelism from scratch: GPipe and 1F1B, and their bubble (rgrun -n P)"};
   std::vector<int64_t> micro_batches{1, 2, 4, 8};
-  int64_t layers = 8, width = 512, rows = 32, steps = 3;
+  int64_t layers = 8, width = 512, rows = 32, steps = 3, last_layers = 0;
   app.add_option("--micro-batches", micro_batches, "values of m to measure")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_option("--layers", layers, "L: layers per stage")->check(CLI::PositiveNumber);
+  app.add_option("--last-stage-layers", last_layers, "the last stage's layers (default: --layers)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--width", width, "features of every layer")->check(CLI::PositiveNumber);
   app.add_option("--rows", rows, "rows per micro-batch (a batch has m of them)")
       ->check(CLI::PositiveNumber);
@@ -161,10 +165,15 @@ int main(int argc, char** argv) {
   return par::main_guard(world, [&] {
     par::Communicator& comm = world.communicator();
     const int p = world.size(), r = world.rank();
-    const Stage stage = make_stage(r * layers, layers, width);
+    if (last_layers == 0) last_layers = layers;
+    const int64_t mine_count = r == p - 1 ? last_layers : layers;  // this stage's layers
+    const int64_t total = (p - 1) * layers + last_layers;
+    const Stage stage = make_stage(r * layers, mine_count, width);
+    std::string last_note;  // (appended, not "…" + to_string(): GCC 12's -Wrestrict, bug 105651)
+    if (last_layers != layers) last_note.append(", the last ").append(std::to_string(last_layers));
     if (world.is_main())
-      std::printf("%d stages of %ld layers (width %ld), micro-batches of %ld rows\n", p,
-                  long(layers), long(width), long(rows));
+      std::printf("%d stages of %ld layers%s (width %ld), micro-batches of %ld rows\n", p,
+                  long(layers), last_note.c_str(), long(width), long(rows));
     if (world.is_main())
       std::printf("%4s  %-6s %10s %10s %10s %8s %12s\n", "m", "", "bubble", "theory", "step ms",
                   "held", "max |grad-plain|");
@@ -173,7 +182,7 @@ int main(int argc, char** argv) {
       rg::Generator data(11);
       const rg::Tensor x = rg::randn({m * rows, width}, {}, &data);
       // The plain model, one process, the whole batch: the gradients to compare with.
-      const Stage whole = make_stage(0, p * layers, width);
+      const Stage whole = make_stage(0, total, width);
       (whole.forward(x).pow(2).sum() * (1.0 / double(x.size(0)))).backward();
       const double theory = double(p - 1) / double(m + p - 1);
       for (Schedule schedule : {Schedule::GPipe, Schedule::OneFOneB}) {
@@ -192,12 +201,12 @@ int main(int argc, char** argv) {
         }
         std::sort(measured.begin(), measured.end());
         const auto [median_bubble, median_seconds] = measured[measured.size() / 2];
-        // The gradients of one step against the plain model's layers [r·L, (r+1)·L).
+        // The gradients of one step against the plain model's layers [r·L, r·L + count).
         double diff = 0;
         std::vector<rg::Tensor> mine = stage.parameters();
-        for (int64_t l = 0; l < layers; ++l) {
+        for (int64_t l = 0; l < mine_count; ++l) {
           diff = std::max(diff, rg::amax(rg::abs(mine[l].grad() - whole.weights[r * layers + l].grad())).item());
-          diff = std::max(diff, rg::amax(rg::abs(mine[layers + l].grad() - whole.biases[r * layers + l].grad())).item());
+          diff = std::max(diff, rg::amax(rg::abs(mine[mine_count + l].grad() - whole.biases[r * layers + l].grad())).item());
         }
         // Every rank's bubble (idle / step) and the worst gradient difference, on rank 0.
         rg::Tensor numbers = rg::from_vector<double>({0.0, 0.0, diff, double(last.max_held)}, {4},
