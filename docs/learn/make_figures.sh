@@ -61,7 +61,13 @@ fig_06-mesh() {
   draw 06-mesh "$work/mesh.json" "dp 2 x pp 2 x tp 2 on 8 ranks: ranks 0-3, one replica's two stages" --ranks 0-3
 }
 
-all=(00-one-device 01-ddp 02-sharding 03-tensor-parallel 04-pipeline-parallel 05-context-parallel 06-mesh)
+fig_07-mixed-precision() {
+  scripts/rgrun -n 2 build/bin/gpt "${gpt_small[@]}" --precision bf16 --comm-hook bf16 \
+    --trace "$work/mp.json" >/dev/null
+  draw 07-mixed-precision "$work/mp.json" "bfloat16 autocast on 2 ranks, gradients sent as bfloat16 (bf16_compress_hook)"
+}
+
+all=(00-one-device 01-ddp 02-sharding 03-tensor-parallel 04-pipeline-parallel 05-context-parallel 06-mesh 07-mixed-precision)
 for name in "${@:-${all[@]}}"; do
   declare -F "fig_$name" >/dev/null || { echo "make_figures: no figure '$name' (${all[*]})" >&2; exit 2; }
   "fig_$name"

@@ -26,7 +26,8 @@
 //         shape) unless last, and as many gradients backward unless first; the loss
 //         broadcast from the last stage (8 bytes); the tied embedding's gradient summed
 //         over the stages (V/t·E floats)
-//   data  the all-reduce of every gradient this rank holds over the dp ranks (4·P_rank)
+//   data  the all-reduce of every gradient this rank holds over the dp ranks (4·P_rank;
+//         2·P_rank with a 16-bit --comm-hook: DDP rounds each bucket to 16 bits to send it)
 //   norm  the gradient norm's Σg² over one whole model, the (pp, tp) group (8 bytes)
 #pragma once
 
@@ -39,6 +40,7 @@ namespace gpt {
 struct BudgetLayout {
   int64_t dp = 1, pp = 1, tp = 1, micro_batches = 1;
   int64_t stage = 0;  // this rank's pipeline stage, 0..pp−1
+  int64_t gradient_bytes = 4;  // a gradient on the data-parallel wire: 4, or 2 (a comm hook)
 };
 
 struct Budget {
@@ -69,7 +71,7 @@ inline Budget predict_budget(const GPTConfig& c, int64_t batch, const BudgetLayo
     if (!first) b.pp_bytes += activation;
     b.pp_bytes += broadcast_bytes(8, l.pp) + all_reduce_bytes(4 * V / t * E, l.pp);
   }
-  b.data_bytes = all_reduce_bytes(4 * b.params, l.dp);
+  b.data_bytes = all_reduce_bytes(double(l.gradient_bytes) * b.params, l.dp);
   b.norm_bytes = pipeline ? all_reduce_bytes(8, l.pp * l.tp) : 0;
   return b;
 }
