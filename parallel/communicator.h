@@ -94,7 +94,18 @@ class Communicator {
   // of it. A model of the traffic (MPI and NCCL may choose other algorithms), the same
   // on every backend: what benchmarks compare between methods.
   int64_t wire_bytes() const { return wire_bytes_.load(); }
-  void reset_wire_bytes() { wire_bytes_ = 0; }
+  // Of what this rank sent, the bytes that went to other hosts in hierarchical all-reduces
+  // (symmetric_empty tensors, ranks on several hosts: parallel/mpi/shared_memory.h):
+  // per all-reduce, 2(H−1)/H of this rank's chunk (its 1/k of the tensor, k ranks per
+  // host), as a ring over the H hosts sends it. 0 on one host, and where the backend does
+  // not know (other operations across hosts; NCCL, which picks its own algorithm).
+  int64_t cross_host_bytes() const {
+    return total_cross_host_bytes() - cross_host_bytes_at_reset_;
+  }
+  void reset_wire_bytes() {  // both counts
+    wire_bytes_ = 0;
+    cross_host_bytes_at_reset_ = total_cross_host_bytes();
+  }
 
   // ---- process groups
   // A sub-communicator (MPI_Comm_split): the ranks that pass the same color >= 0
@@ -139,6 +150,8 @@ class Communicator {
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
   virtual WorkHandle do_send_async(const Tensor& t, int dst, int tag) = 0;
   virtual WorkHandle do_recv_async(Tensor& t, int src, int tag) = 0;
+  // cross_host_bytes() since the communicator was made: backends that know count it.
+  virtual int64_t total_cross_host_bytes() const { return 0; }
 
  private:
   void check(const Tensor& t, const char* op) const;
@@ -147,6 +160,7 @@ class Communicator {
                     const char* op) const;
   void count_wire_bytes(double fraction, const Tensor& t);  // wire_bytes += fraction · t's bytes
   std::atomic<int64_t> wire_bytes_{0};
+  std::atomic<int64_t> cross_host_bytes_at_reset_{0};
 };
 
 // RINGGRAD_COMM_TIMEOUT_S: seconds a rank waits for an operation before it ends

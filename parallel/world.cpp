@@ -116,6 +116,9 @@ class DeviceRouter : public Communicator {
   WorkHandle do_recv_async(Tensor& t, int src, int tag) override {
     return route(t).recv_async(t, src, tag);
   }
+  // CPU tensors' hierarchical all-reduces go through the host communicator (NCCL's own
+  // algorithm across nodes is not counted).
+  int64_t total_cross_host_bytes() const override { return host_.cross_host_bytes(); }
 
  private:
   Communicator& route(const Tensor& t) {

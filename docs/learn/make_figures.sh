@@ -67,7 +67,13 @@ fig_07-mixed-precision() {
   draw 07-mixed-precision "$work/mp.json" "bfloat16 autocast on 2 ranks, gradients sent as bfloat16 (bf16_compress_hook)"
 }
 
-all=(00-one-device 01-ddp 02-sharding 03-tensor-parallel 04-pipeline-parallel 05-context-parallel 06-mesh 07-mixed-precision)
+fig_08-hierarchical() {
+  RINGGRAD_TEST_RANKS_PER_HOST=2 scripts/rgrun -n 4 build/bin/hierarchical_from_scratch \
+    --trace "$work/hier.json" >/dev/null
+  draw 08-hierarchical "$work/hier.json" "4 ranks as 2 hosts of 2: the flat ring, the hierarchical all-reduce from scratch, the library's"
+}
+
+all=(00-one-device 01-ddp 02-sharding 03-tensor-parallel 04-pipeline-parallel 05-context-parallel 06-mesh 07-mixed-precision 08-hierarchical)
 for name in "${@:-${all[@]}}"; do
   declare -F "fig_$name" >/dev/null || { echo "make_figures: no figure '$name' (${all[*]})" >&2; exit 2; }
   "fig_$name"

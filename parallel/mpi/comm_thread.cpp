@@ -181,8 +181,10 @@ std::string comm_track_name(MPI_Comm comm) {
   MPI_Group_free(&group);
   MPI_Group_free(&world);
   std::string name = "comm [";
-  for (int i = 0; i < size && i < 8; ++i) name += (i ? "," : "") + std::to_string(in_world[static_cast<size_t>(i)]);
-  name += size > 8 ? ",…] (" + std::to_string(size) + " ranks)" : "]";
+  // (appended piece by piece: "," + std::to_string(…) trips GCC 12's -Wrestrict, bug 105651)
+  for (int i = 0; i < size && i < 8; ++i) name.append(i ? "," : "").append(std::to_string(in_world[static_cast<size_t>(i)]));
+  if (size > 8) name.append(",…] (").append(std::to_string(size)).append(" ranks)");
+  else name.append("]");
   return name;
 }
 

@@ -223,6 +223,7 @@ class MpiCommunicator : public Communicator {
       // It runs on the communication thread (in issue order), which keeps its
       // sends/recvs in flight moving while it waits for the peers.
       CommThread* thread = thread_state_.get();  // runs this closure: alive meanwhile
+      cross_host_bytes_ += shared->cross_host_bytes(t.dtype(), t.numel());  // at issue
       return enqueue(new_work(shared->hierarchical() ? "all_reduce (hierarchical)"
                                                      : "all_reduce (shared memory)"),
                      t.nbytes(), -1,
@@ -334,6 +335,8 @@ class MpiCommunicator : public Communicator {
     });
   }
 
+  int64_t total_cross_host_bytes() const override { return cross_host_bytes_.load(); }
+
   WorkHandle do_recv_async(Tensor& t, int src, int tag) override {
     auto [buf, work] = in_place_buffer(t, "recv");
     int n = static_cast<int>(t.numel());
@@ -382,6 +385,7 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<const WatchdogInfo> info_;
   bool use_shared_memory_ = shared_memory_from_env();
   std::shared_ptr<SymmetricRegistry> symmetric_ = std::make_shared<SymmetricRegistry>();
+  std::atomic<int64_t> cross_host_bytes_{0};  // what hierarchical all-reduces sent to other hosts
   std::shared_ptr<CommThread> thread_state_;
   std::thread thread_;
 };

@@ -146,7 +146,7 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::create(MPI_Comm world_comm,
 
   std::shared_ptr<SymmetricBuffer> buffer(new SymmetricBuffer(rank, size, nbytes));
   buffer->world_size_ = world_size;
-  if (!one_host) buffer->cross_ = hosts.cross;
+  if (!one_host) buffer->cross_ = hosts.cross, buffer->hosts_ = hosts.hosts;
   const size_t bytes = segment_bytes(nbytes);
   const std::string own_name = segment_name(stem, rank);
 
@@ -221,6 +221,19 @@ SymmetricBuffer::~SymmetricBuffer() {
 
 void* SymmetricBuffer::data_of(int r) const { return base_[r] + kHeaderBytes; }
 
+int64_t SymmetricBuffer::chunk_start(int r, int64_t count, int64_t element) const {
+  if (r == size_) return count;
+  const int64_t line = static_cast<int64_t>(kLine) / element, b = count * r / size_;
+  return b - b % line;
+}
+
+int64_t SymmetricBuffer::cross_host_bytes(DType dtype, int64_t count) const {
+  if (!hierarchical()) return 0;
+  const int64_t element = static_cast<int64_t>(element_size(dtype));
+  const int64_t chunk = chunk_start(rank_ + 1, count, element) - chunk_start(rank_, count, element);
+  return static_cast<int64_t>(2.0 * (hosts_ - 1) / hosts_ * double(chunk * element));
+}
+
 // No time limit here, as none inside MPI_Allreduce: the caller's wait() has
 // the watchdog (RINGGRAD_COMM_TIMEOUT_S), which ends the job if a peer is gone.
 void SymmetricBuffer::barrier(const std::function<void()>& progress) {
@@ -269,14 +282,8 @@ void SymmetricBuffer::all_reduce(DType dtype, int64_t count, Reduce op,
   const int64_t element = static_cast<int64_t>(element_size(dtype));
   RG_CHECK(count >= 0 && count * element <= static_cast<int64_t>(nbytes_), "all_reduce",
            "expected at most ", nbytes_ / element, " elements, got ", count);
-  // Chunk r of count elements, cut at cache-line multiples so that no two
-  // ranks write one line.
-  const int64_t line = static_cast<int64_t>(kLine) / element;
-  auto bound = [&](int r) {
-    if (r == size_) return count;
-    int64_t b = count * r / size_;
-    return b - b % line;
-  };
+  // Chunk r: elements [bound(r), bound(r + 1)).
+  auto bound = [&](int r) { return chunk_start(r, count, element); };
   barrier(progress);  // 1. arrive: every contribution is in place
   const int64_t lo = bound(rank_), hi = bound(rank_ + 1);
   // Across hosts, Avg is a sum here and a division by every host's ranks after 2b.

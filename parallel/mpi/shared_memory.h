@@ -89,11 +89,18 @@ class SymmetricBuffer {
   // them before it can arrive here).
   void all_reduce(DType dtype, int64_t count, Reduce op, const std::function<void()>& progress);
   static bool supports(DType dtype) { return dtype != DType::Bool; }
+  // What all_reduce of `count` elements sends from this rank to the other hosts (2b):
+  // 2(H−1)/H of its chunk's bytes, as a ring over the H hosts sends them; 0 on one host.
+  // Communicator::cross_host_bytes() adds these up.
+  int64_t cross_host_bytes(DType dtype, int64_t count) const;
 
  private:
   SymmetricBuffer(int rank, int size, size_t nbytes)
       : rank_(rank), size_(size), nbytes_(nbytes), base_(size, nullptr) {}
   void* data_of(int r) const;
+  // Where rank r's chunk of `count` elements starts (r = size_: the end), cut at a
+  // cache-line multiple so that no two ranks write one line.
+  int64_t chunk_start(int r, int64_t count, int64_t element) const;
   // Step 2 (and 2b) for bfloat16/float16: accumulated in float32, rounded once per host.
   void reduce_reduced_precision_chunk(DType dtype, int64_t lo, int64_t hi, Reduce op,
                                       Reduce local_op);
@@ -103,6 +110,7 @@ class SymmetricBuffer {
   int rank_, size_;  // on this host
   MPI_Comm cross_ = MPI_COMM_NULL;  // hierarchical: the other hosts' owners of my chunk
   int world_size_ = 1;              // ranks on all hosts (Avg divides by it)
+  int hosts_ = 1;                   // hosts (cross_'s size)
   size_t nbytes_;
   std::vector<char*> base_;  // each rank's segment as mapped here (header, then data)
   uint64_t epoch_ = 0;       // barriers passed so far, the same count on every rank

@@ -8,7 +8,8 @@
 // all-reduces waited in reverse order, barrier, the teaching ring_all_reduce
 // against the backend's all_reduce on sizes that do not divide by N, the
 // all-reduce of symmetric memory (shared memory on one host) against MPI's, the
-// errors, the world of one, and bfloat16/float16 all-reduces (the float32 sum rounded
+// errors, the world of one, the bytes the hierarchical all-reduce sends to other hosts
+// (cross_host_bytes), and bfloat16/float16 all-reduces (the float32 sum rounded
 // once on the shared-memory path; within the stated bound elsewhere). Rank 0 prints a
 // few timings.
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
@@ -263,6 +264,7 @@ void test_world_of_one() {
               "world of one: send");
   rg::parallel::ring_all_reduce(*one, t);
   check(max_diff(t, rg::full({3}, 2.0)) == 0, "world of one: ring");
+  check(one->cross_host_bytes() == 0, "world of one: no bytes to other hosts");
 }
 
 // Symmetric memory (one host: the MPI backend's shared-memory all-reduce)
@@ -421,6 +423,37 @@ bool within_16bit_bound(const rg::Tensor& got, rg::DType dt, int64_t n, Reduce o
   return true;
 }
 
+// cross_host_bytes(): what the hierarchical all-reduce sends to the other hosts, 2(H−1)/H
+// of this rank's chunk (1/k of the tensor) per all-reduce of a symmetric tensor — on
+// RINGGRAD_TEST_RANKS_PER_HOST=k "hosts" (mpi_comm_hierarchical_4). 0 on one host, for
+// ordinary tensors, and with shared memory off; reset_wire_bytes() zeroes it.
+void test_cross_host_bytes(rg::parallel::Communicator& comm) {
+  const char* fake = std::getenv("RINGGRAD_TEST_RANKS_PER_HOST");
+  const char* off = std::getenv("RINGGRAD_SHM_ALLREDUCE");
+  const int k = fake && std::atoi(fake) > 0 ? std::atoi(fake) : N, hosts = N / k;
+  const bool hierarchical = hosts > 1 && k > 1 && N % k == 0 &&
+                            std::filesystem::is_directory("/dev/shm") &&
+                            !(off && std::string(off) == "0");
+  const int64_t n = 4096 * k;  // each rank's chunk: 4096 floats, a whole number of cache lines
+  const int64_t per_all_reduce = hierarchical ? 2 * (hosts - 1) * 4096 * 4 / hosts : 0;
+  rg::Tensor sym = comm.symmetric_empty({n});
+  rg::Tensor plain = rg::ones({n});
+  comm.reset_wire_bytes();
+  check(comm.cross_host_bytes() == 0, "cross_host_bytes: 0 after reset_wire_bytes");
+  sym.fill_(1.0);
+  comm.all_reduce(sym);
+  comm.all_reduce(plain);  // an ordinary tensor: MPI's all-reduce, not counted
+  check(comm.cross_host_bytes() == per_all_reduce,
+        "cross_host_bytes of one symmetric all-reduce: " + std::to_string(comm.cross_host_bytes()) +
+            ", expected " + std::to_string(per_all_reduce));
+  comm.all_reduce(sym, Reduce::Avg);
+  check(comm.cross_host_bytes() == 2 * per_all_reduce, "cross_host_bytes adds up");
+  check(sym.tolist<float>()[n - 1] == float(N) && plain.tolist<float>()[0] == float(N),
+        "the counted all-reduces' results");
+  comm.reset_wire_bytes();
+  check(comm.cross_host_bytes() == 0 && comm.wire_bytes() == 0, "reset_wire_bytes: both counts");
+}
+
 void test_reduced_precision_all_reduce(rg::parallel::Communicator& comm) {
   const char* off = std::getenv("RINGGRAD_SHM_ALLREDUCE");
   const bool shm = !(off && std::string(off) == "0") && std::filesystem::is_directory("/dev/shm");
@@ -533,6 +566,7 @@ int main(int argc, char** argv) {
     test_async_and_barrier(comm);
     test_ring_all_reduce(comm);
     test_symmetric_all_reduce(comm);
+    test_cross_host_bytes(comm);
     test_reduced_precision_all_reduce(comm);
     report_timings(comm);
     return mpi_test::report(rank, N);
