@@ -76,4 +76,17 @@ inline Budget predict_budget(const GPTConfig& c, int64_t batch, const BudgetLayo
   return b;
 }
 
+// Training FLOPs per token (forward + backward), counted as nanoGPT and the PaLM paper do,
+// for MFU (model FLOPs utilisation):
+//   6 per parameter that multiplies an activation: 2 forward (a multiply-add), 4 backward
+//     (the input's gradient and the weight's). Every parameter but the learned positions,
+//     which are only added; the tied token embedding counts once, as the LM head's weight.
+//   12·E·T per layer for attention's two products, QKᵀ and PV: each a multiply-add per key
+//     and feature, 2·2·T·E FLOPs forward, three times that with backward. The causal half
+//     the kernel skips is counted anyway, as nanoGPT does, so that figures compare.
+inline double train_flops_per_token(const GPTConfig& c, int64_t parameters) {
+  const double positions = c.pos == "rope" ? 0 : double(c.seq * c.d_model);
+  return 6 * (double(parameters) - positions) + 12.0 * double(c.layers * c.d_model * c.seq);
+}
+
 }  // namespace gpt

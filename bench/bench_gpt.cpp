@@ -1,0 +1,131 @@
+// bench_gpt.cpp — training tokens/s of the GPT of examples/gpt/model.h, and its MFU.
+//
+//   build/bin/bench_gpt [--threads N] [--steps 20] [--layers 4 --d-model 128 --heads 4
+//                        --seq 128 --batch-size 32]
+//   scripts/rgrun -n 2 build/bin/bench_gpt --threads 1     data parallel: the same global
+//                                                           batch, split over the ranks (DDP)
+//   (bench/compare_gpt.sh runs it beside bench/torch_gpt.py, nanoGPT's model in PyTorch)
+//
+// One training step as examples/gpt.cpp takes it, without the data pipeline: forward,
+// cross-entropy over the 256 byte values, backward, gradients clipped to norm 1, AdamW
+// (lr 1e-3, weight decay 0.01). The tokens are random bytes from a fixed generator, a new
+// batch each step (what the values are does not change the time). After --warmup steps,
+// --steps are timed. Under rgrun each of the N ranks takes --batch-size / N of every
+// step's sequences and DDP averages the gradients: the same training, N processes.
+//
+// MFU (model FLOPs utilisation): the model's training FLOPs per token
+// (gpt::train_flops_per_token, examples/gpt/budget.h: nanoGPT's count) × tokens/s, over
+// the rate this machine's float32 GEMM reaches with the same threads (rg::matmul, the
+// fastest of three large products: gemm_rate below), measured in this run.
+//
+// Prints (rank 0): RESULT bench=gpt world=N threads=N tokens_per_s=… (all ranks') ms_per_step=… mfu=… model_gflops=…
+//         gemm_gflops=… params=… peak_tensor_mb=…
+#include <ringgrad/parallel/ddp.h>
+#include <ringgrad/parallel/world.h>
+#include <ringgrad/ringgrad.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <utility>
+
+#include "../examples/gpt/budget.h"
+#include "../examples/gpt/model.h"
+
+namespace rg = ringgrad;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// This machine's float32 GEMM rate (FLOP/s) on the current threads: the fastest of three
+// large products (1024 x 1024 x 1024, and twice as long in m or in n), each the best of 5.
+// Three shapes, not one: on some CPUs one shape meets a slow path of the GEMM library
+// (oneDNN 2.6 at 1024³ on two threads of an AMD EPYC: 70 GFLOP/s where 2048 x 1024 x 1024
+// runs at 170), and MFU's yardstick is what the machine can do, not one shape's accident.
+double gemm_rate() {
+  double best = 0;
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{1024, 1024}, {2048, 1024}, {1024, 2048}}) {
+    const int64_t k = 1024;
+    rg::Tensor a = rg::randn({m, k}), b = rg::randn({k, n});
+    rg::Tensor c = rg::matmul(a, b);  // warm-up: the GEMM engine, the thread pool
+    for (int i = 0; i < 5; ++i) {
+      auto start = std::chrono::steady_clock::now();
+      c = rg::matmul(a, b);
+      best = std::max(best, 2.0 * double(m * n * k) / seconds_since(start));
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rg::parallel::World world(argc, argv);
+  CLI::App app{"Training tokens/s and MFU of the GPT of examples/gpt/model.h"};
+  int threads = rg::get_num_threads(), steps = 20, warmup = 3;
+  gpt::GPTConfig config;
+  int64_t batch = 32;
+  app.add_option("--threads", threads, "CPU threads (default: RINGGRAD_NUM_THREADS or all cores)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--layers", config.layers, "Transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--d-model", config.d_model, "model width")->check(CLI::PositiveNumber);
+  app.add_option("--heads", config.heads, "attention heads (dividing --d-model)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seq", config.seq, "context length")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", batch, "sequences per step")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  return rg::parallel::main_guard(world, [&] {
+    RG_CHECK(config.d_model % config.heads == 0, "bench_gpt", "expected --heads dividing --d-model ",
+             config.d_model, ", got ", config.heads);
+    RG_CHECK(batch % world.size() == 0, "bench_gpt", "expected --batch-size divisible by the world size ",
+             world.size(), ", got ", batch);
+    rg::set_num_threads(threads);
+    const double gemm = gemm_rate();  // one rank's: MFU is per rank, over its share of the tokens
+    const int64_t local = batch / world.size();
+
+    rg::manual_seed(0);
+    gpt::GPT model(config);
+    std::unique_ptr<rg::parallel::DistributedDataParallel> ddp;
+    if (world.size() > 1) ddp = std::make_unique<rg::parallel::DistributedDataParallel>(model, world.communicator());
+    rg::optim::AdamW opt(model.parameters(), {.lr = 1e-3, .weight_decay = 0.01});
+    rg::Generator data(1 + uint64_t(world.rank()));
+    auto step = [&] {
+      rg::Tensor tokens = rg::randint(0, gpt::GPTConfig::vocab, {local, config.seq}, &data);
+      rg::Tensor targets = rg::randint(0, gpt::GPTConfig::vocab, {local, config.seq}, &data);
+      opt.zero_grad();
+      rg::Tensor logits = ddp ? (*ddp)(tokens) : model(tokens);  // (B/N, T, 256)
+      rg::nn::cross_entropy(logits.reshape({-1, gpt::GPTConfig::vocab}), targets.reshape({-1}))
+          .backward();
+      rg::optim::clip_grad_norm(model.parameters(), 1.0);
+      opt.step();
+    };
+    for (int i = 0; i < warmup; ++i) step();
+    rg::reset_peak_memory();
+    world.communicator().barrier();  // start the clock together
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    const double seconds = seconds_since(start);
+
+    const double tokens_per_s = double(batch * config.seq) * steps / seconds;  // every rank's
+    // MFU per rank: its share of the tokens against its own GEMM rate.
+    const double flops = gpt::train_flops_per_token(config, model.num_parameters()) * tokens_per_s /
+                         world.size();
+    if (world.is_main())
+      std::printf(
+        "RESULT bench=gpt world=%d threads=%d tokens_per_s=%.0f ms_per_step=%.1f mfu=%.3f model_gflops=%.1f "
+        "gemm_gflops=%.1f params=%lld layers=%lld d_model=%lld seq=%lld batch=%lld "
+        "peak_tensor_mb=%.1f\n",
+        world.size(), threads, tokens_per_s, 1e3 * seconds / steps, flops / gemm, flops / 1e9, gemm / 1e9,
+        static_cast<long long>(model.num_parameters()), static_cast<long long>(config.layers),
+        static_cast<long long>(config.d_model), static_cast<long long>(config.seq),
+        static_cast<long long>(batch), double(rg::memory_stats().peak_bytes) / 1e6);
+    return 0;
+  });
+}
