@@ -116,6 +116,32 @@ TEST_CASE("threads: large inputs give the same results on one thread and on many
   for (double s : soft) REQUIRE(std::abs(s - 1) < 1e-5);
 }
 
+// A contiguous tensor is one row of numel elements, and a few long strided rows are few
+// rows: elementwise kernels cut such rows into pieces to share them out (core/cpu/loops.h).
+// Every element must be computed once and right, the tail of an odd length included.
+TEST_CASE("threads: elementwise ops on a few long rows, cut into pieces") {
+  rg::manual_seed(5);
+  rg::Tensor flat = rg::randn({100003});                 // one row of 100,003
+  rg::Tensor strided = rg::randn({40001, 3}).t();        // 3 rows of 40,001, 3 apart
+  rg::Tensor other = rg::randn({3, 40001});
+  const int saved = rg::get_num_threads();
+  rg::set_num_threads(4);
+  std::vector<double> f = values(flat), s = values(strided), o = values(other);
+  std::vector<double> want_flat, want_strided, want_where;
+  for (double x : f) want_flat.push_back(std::exp(float(x)));
+  for (size_t i = 0; i < s.size(); ++i) {
+    want_strided.push_back(float(s[i]) * float(o[i]));
+    want_where.push_back(s[i] > 0 ? s[i] : o[i]);
+  }
+  check_close(rg::exp(flat), want_flat, 1e-6);
+  check_close(strided * other, want_strided, 0);
+  check_close(rg::where(strided > 0.0, strided, other), want_where, 0);
+  rg::Tensor filled = rg::empty({100003});
+  filled.fill_(2.5);
+  check_close(filled, std::vector<double>(100003, 2.5), 0);
+  rg::set_num_threads(saved);
+}
+
 TEST_CASE("threads: random draws do not depend on the thread count") {
   auto [u1, u4] = one_and_many_threads([] {
     rg::Generator g(5);

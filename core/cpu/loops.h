@@ -6,6 +6,7 @@
 // long unit-stride loop that the compiler vectorises.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <type_traits>
@@ -82,6 +83,40 @@ void for_each_row(const std::array<const TensorRef*, N>& ops, Row&& row) {
   for (size_t k = 0; k < N; ++k) row_stride[k] = L.ndim ? L.strides[k][L.ndim - 1] : 1;
   int64_t rows = 1;
   for (int d = 0; d + 1 < L.ndim; ++d) rows *= L.shape[d];
+
+  // Too few rows to share out (a contiguous tensor merges into one row of numel): cut each
+  // row into pieces, and share out the pieces. The row functions here are elementwise, so
+  // a piece of a row is a row. Pieces of at least kMinPiece elements, cut at multiples of
+  // 16 so that each piece's vectorised loop stays aligned as the whole row's was.
+  constexpr int64_t kMinPiece = 4096;
+  const int threads = get_num_threads();
+  const int64_t wanted = int64_t(threads) * 4;  // parallel_for's chunks per thread
+  if (threads > 1 && rows < wanted && rows * row_len >= kParallelGrain && row_len >= 2 * kMinPiece &&
+      !in_parallel_region()) {
+    const int64_t pieces = std::min((wanted + rows - 1) / rows, row_len / kMinPiece);
+    auto row_start = [&](int64_t r) {  // operand k's offset (in elements) of row r
+      std::array<int64_t, N> off{};
+      for (int d = L.ndim - 2; d >= 0; --d) {
+        const int64_t i = r % L.shape[d];
+        r /= L.shape[d];
+        for (size_t k = 0; k < N; ++k) off[k] += i * L.strides[k][d];
+      }
+      return off;
+    };
+    parallel_chunks(rows * pieces, threads, [&](int64_t u) {
+      const int64_t r = u / pieces, q = u % pieces;
+      const int64_t lo = row_len * q / pieces / 16 * 16;
+      const int64_t hi = q + 1 == pieces ? row_len : row_len * (q + 1) / pieces / 16 * 16;
+      if (hi <= lo) return;
+      const std::array<int64_t, N> off = row_start(r);
+      std::array<char*, N> ptrs;
+      for (size_t k = 0; k < N; ++k)
+        ptrs[k] = static_cast<char*>(ops[k]->data) +
+                  (off[k] + lo * row_stride[k]) * static_cast<int64_t>(esize[k]);
+      row(ptrs, hi - lo, row_stride);
+    });
+    return;
+  }
 
   parallel_for(rows, rows * row_len, [&](int64_t begin, int64_t end) {
     std::array<int64_t, kMaxDims> idx{};
