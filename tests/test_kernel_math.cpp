@@ -29,6 +29,27 @@ TEST_CASE("math::exp_vec: within about 2 ulp of exp, exact at the ends") {
   CHECK(ringgrad::math::exp_vec(1.0) == std::exp(1.0));  // double: the library's exp
 }
 
+TEST_CASE("math::erf_vec: within 5e-7 of erf, odd, and right at the ends") {
+  // GELU's erf (kernel_math.h): a rational function, so that the loops vectorise.
+  float worst = 0, worst_small = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -6.0f + 12.0f * float(i) / 200000.0f;
+    const double want = std::erf(double(x));
+    const float got = ringgrad::math::erf_vec(x);
+    worst = std::max(worst, float(std::abs(got - want)));
+    if (std::abs(x) < 0.5f && x != 0.0f)  // near 0 erf is small: relative error counts
+      worst_small = std::max(worst_small, float(std::abs(got - want) / std::abs(want)));
+    CHECK(ringgrad::math::erf_vec(-x) == -got);
+  }
+  CHECK(worst < 5e-7f);        // measured 3.3–4.2e-7, near |x| = 3.94: about 6 ulps of 1
+  CHECK(worst_small < 5e-7f);  // a few ulps of the value itself
+  CHECK(ringgrad::math::erf_vec(0.0f) == 0.0f);
+  CHECK(ringgrad::math::erf_vec(std::numeric_limits<float>::infinity()) == 1.0f);
+  CHECK(ringgrad::math::erf_vec(-std::numeric_limits<float>::infinity()) == -1.0f);
+  CHECK(std::isnan(ringgrad::math::erf_vec(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(ringgrad::math::erf_vec(0.3) == std::erf(0.3));  // double: the library's erf
+}
+
 namespace {
 
 // The state of the whole row, as a GPU builds it: cut into `pieces` runs, each

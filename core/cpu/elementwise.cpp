@@ -74,7 +74,7 @@ void CpuBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, do
     dispatch_unary(op, [&]<UnaryOp Op>() {
       const float a = static_cast<float>(p0), b = static_cast<float>(p1);
       dispatch_reduced(in.dtype, "unary", [&]<typename S>() {
-        map1<S, S>(in, out, [=](S x) { return S(math::apply_unary<Op>(float(x), a, b)); });
+        map1<S, S>(in, out, [=](S x) RG_ELEMENT_FN { return S(math::apply_unary<Op>(float(x), a, b)); });
       });
     });
     return;
@@ -82,7 +82,7 @@ void CpuBackend::unary(UnaryOp op, const TensorRef& in, const TensorRef& out, do
   dispatch_unary(op, [&]<UnaryOp Op>() {
     auto run = [&]<typename T>() {
       const T a = static_cast<T>(p0), b = static_cast<T>(p1);
-      map1<T, T>(in, out, [=](T x) { return math::apply_unary<Op>(x, a, b); });
+      map1<T, T>(in, out, [=](T x) RG_ELEMENT_FN { return math::apply_unary<Op>(x, a, b); });
     };
     dispatch_for_op<Op>(in.dtype, "unary", run);
   });
@@ -94,7 +94,7 @@ void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, con
       dispatch_reduced(a.dtype, "binary", [&]<typename S>() {
         using R = decltype(math::apply_binary<Op>(0.0f, 0.0f));  // bool for comparisons
         using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
-        map2<S, Out>(a, b, out, [](S x, S y) {
+        map2<S, Out>(a, b, out, [](S x, S y) RG_ELEMENT_FN {
           return static_cast<Out>(math::apply_binary<Op>(float(x), float(y)));
         });
       });
@@ -104,7 +104,7 @@ void CpuBackend::binary(BinaryOp op, const TensorRef& a, const TensorRef& b, con
   dispatch_binary(op, [&]<BinaryOp Op>() {
     auto run = [&]<typename T>() {
       using Out = decltype(math::apply_binary<Op>(T(), T()));
-      map2<T, Out>(a, b, out, [](T x, T y) { return math::apply_binary<Op>(x, y); });
+      map2<T, Out>(a, b, out, [](T x, T y) RG_ELEMENT_FN { return math::apply_binary<Op>(x, y); });
     };
     dispatch_for_op<Op>(a.dtype, "binary", run);
   });

@@ -16,6 +16,12 @@
 #include "ringgrad/core/dispatch.h"
 #include "ringgrad/core/threads.h"
 
+// An element function's lambda (`[](float x) RG_ELEMENT_FN { ... }`) inlined into every loop
+// that calls it, however large its body: GCC left GELU's (erf and exp inlined) as a call per
+// element in each of map2's four loops, and the loops did not vectorise (its backward ran at
+// 11 ns an element instead of 1).
+#define RG_ELEMENT_FN __attribute__((always_inline))
+
 namespace ringgrad::cpu {
 
 // Below this much work (≈ element-operations) a loop runs on one thread. The pool's
