@@ -60,6 +60,12 @@ struct GemmArgs {
   // Then max(0, ·) on every element (after the bias, if any): a Linear followed by ReLU
   // (nn::linear_relu). Set only where gemm_adds_bias(dtype) says so, as bias.
   bool relu = false;
+  // Or null, or where GELU goes (after the bias, if any): gelu(·) of every element written
+  // there, laid out as C, while C keeps its input, which GELU's backward needs — a Linear
+  // followed by GELU (nn::linear_gelu). gelu_tanh: the tanh approximation. Set only where
+  // gemm_adds_bias(dtype) says so, as bias; never with relu.
+  void* gelu_out = nullptr;
+  bool gelu_tanh = false;
   int64_t ldc() const { return c_row_stride ? c_row_stride : n; }
 };
 

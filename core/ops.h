@@ -49,6 +49,10 @@ Tensor relu(const Tensor& x);
 Tensor relu_backward(const Tensor& grad, const Tensor& out);
 enum class GeluApprox { None, Tanh };  // None: x·Φ(x) with erf; Tanh: the tanh approximation
 Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
+// gelu's gradient from its input: grad·gelu'(x) (torch's gelu_backward(grad, x)); for ops
+// that fuse a gelu into their own forward.
+Tensor gelu_backward(const Tensor& grad, const Tensor& x,
+                     GeluApprox approximate = GeluApprox::None);
 Tensor abs(const Tensor& x);
 // Gradient 1 strictly inside the bounds, 0 at a bound and beyond (PyTorch 2.x), so
 // clamp_min(x, 0) and relu agree at 0. clamp_min/clamp_max test only their one bound.
@@ -109,6 +113,19 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b);
 // the product while it is in cache — no pass of its own over the output; elsewhere a relu
 // pass after. nn::linear_relu's forward.
 Tensor addmm_relu(const Tensor& input, const Tensor& a, const Tensor& b);
+// gelu(addmm(input, a, b)) (torch's _addmm_activation with use_gelu): as addmm_relu, the
+// bias and GELU applied to each block of the product while it is in cache where the GEMM
+// takes them. The product itself is kept too (GELU's backward needs its input), so this
+// saves passes over memory, not memory. nn::linear_gelu's forward.
+Tensor addmm_gelu(const Tensor& input, const Tensor& a, const Tensor& b,
+                  GeluApprox approximate = GeluApprox::None);
+// addmm_gelu's forward without autograd, for ops that record their own backward: out =
+// gelu(gelu_input), gelu_input = input + a·b.
+struct AddmmActivation {
+  Tensor out, gelu_input;
+};
+AddmmActivation addmm_gelu_forward(const Tensor& input, const Tensor& a, const Tensor& b,
+                                   GeluApprox approximate = GeluApprox::None);
 
 // ---- indexing ----
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // index: 1-D int64

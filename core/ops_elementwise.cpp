@@ -291,11 +291,23 @@ Tensor gelu(const Tensor& x, GeluApprox approximate) {
   bool tanh_form = approximate == GeluApprox::Tanh;
   Tensor out = unary_forward(tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, "gelu", x);
   if (autograd::needs_grad({&x}))
-    autograd::record("gelu", out, {&x}, [x = x.detach(), tanh_form](const Tensor& g) {
-      return Grads{
-          fused_backward(tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward, g, x)};
+    autograd::record("gelu", out, {&x}, [x = x.detach(), approximate](const Tensor& g) {
+      return Grads{gelu_backward(g, x, approximate)};
     });
   return out;
+}
+
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApprox approximate) {
+  const char* op = "gelu_backward";
+  detail::check_defined(grad, op);
+  detail::check_defined(x, op);
+  detail::check_same_device(grad, x, op);
+  detail::check_same_dtype(grad, x, op);
+  RG_CHECK(grad.shape() == x.shape(), op, "expected grad and x of one shape, got ",
+           shape_str(grad.shape()), " and ", shape_str(x.shape()));
+  return fused_backward(
+      approximate == GeluApprox::Tanh ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward,
+      grad, x);
 }
 
 Tensor abs(const Tensor& x) {

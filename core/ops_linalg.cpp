@@ -65,11 +65,18 @@ Operand gemm_operand(const Tensor& t, int64_t nb) {
   return op;
 }
 
-// a (…, m, k) @ b (…, k, n), both at least 2-D; plus `bias` (n, contiguous) on every row
-// when defined, then max(0, ·) with relu, both by the GEMM (the caller has asked
-// gemm_adds_bias).
-Tensor matmul_nd(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(),
-                 bool relu = false) {
+// What the GEMM does to its product while a block of it is in cache (GemmArgs): add `bias`
+// (n, contiguous) to every row, then max(0, ·) (relu) or GELU into `gelu_out` (laid out as
+// the product). Only where the caller has asked gemm_adds_bias.
+struct Epilogue {
+  Tensor bias;
+  bool relu = false;
+  Tensor gelu_out;
+  bool gelu_tanh = false;
+};
+
+// a (…, m, k) @ b (…, k, n), both at least 2-D, with the epilogue e.
+Tensor matmul_nd(const Tensor& a, const Tensor& b, const Epilogue& e = {}) {
   const char* op = "matmul";
   int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   RG_CHECK(b.size(-2) == k, op, "expected a.shape[-1] == b.shape[-2], got ", shape_str(a.shape()),
@@ -111,8 +118,12 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()
   g.b = B.t.raw_data(), g.b_batch_stride = B.batch_stride;
   g.b_row_stride = B.row_stride, g.b_col_stride = B.col_stride;
   g.c = out.raw_data(), g.c_batch_stride = m * n;
-  g.bias = bias.defined() ? bias.raw_data() : nullptr;
-  g.relu = relu;
+  g.bias = e.bias.defined() ? e.bias.raw_data() : nullptr;
+  g.relu = e.relu;
+  RG_ASSERT(!e.gelu_out.defined() || (!e.relu && e.gelu_out.shape() == out_shape &&
+                                      e.gelu_out.is_contiguous()));
+  g.gelu_out = e.gelu_out.defined() ? e.gelu_out.raw_data() : nullptr;
+  g.gelu_tanh = e.gelu_tanh;
   if (out.numel() > 0) backend(a.device(), op).gemm(g);
 
   // dA = dC·Bᵀ, dB = Aᵀ·dC, each summed over the batch dims it was broadcast along.
@@ -155,13 +166,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 namespace {
 
-// addmm, and with relu = true relu(addmm) in one pass over the product where the backend's
-// GEMM takes the epilogue (else a relu pass after).
-Tensor addmm_impl(const Tensor& input, const Tensor& a, const Tensor& b, bool relu) {
-  const char* op = relu ? "addmm_relu" : "addmm";
-  if (auto dt = detail::autocast_lower({&input, &a, &b}))  // under rg::autocast: in its dtype
-    return addmm_impl(detail::autocast_cast(input, *dt), detail::autocast_cast(a, *dt),
-                      detail::autocast_cast(b, *dt), relu);
+// The activation an addmm ends in.
+enum class Act { none, relu, gelu, gelu_tanh };
+
+// act(addmm(input, a, b)) without autograd: the result, and for GELU its input (what
+// GELU's backward needs). Where the backend's GEMM takes the epilogue (a bias vector, the
+// CPU, float32 or float64) the bias and the activation are applied to each block of the
+// product while it is in cache; else passes after.
+AddmmActivation addmm_act_forward(const Tensor& input, const Tensor& a, const Tensor& b, Act act,
+                                  const char* op) {
   for (const Tensor* t : {&input, &a, &b}) {
     detail::check_defined(*t, op);
     detail::check_same_device(a, *t, op);
@@ -177,39 +190,73 @@ Tensor addmm_impl(const Tensor& input, const Tensor& a, const Tensor& b, bool re
                           (input.dim() < 2 || input.size(0) == n || input.size(0) == 1);
   RG_CHECK(broadcasts, op, "expected input that broadcasts to ", shape_str({n, p}),
            " (a bias (p), or (n, p)), got ", shape_str(input.shape()));
-  // A bias vector goes into the GEMM where the backend adds it there (to each block of the
-  // product while it is in cache), and so does the relu; anything else is added after.
   const bool in_gemm = input.dim() >= 1 && input.numel() == p && input.size(-1) == p &&
                        input.is_contiguous() &&
                        backend(a.device(), op).gemm_adds_bias(a.dtype());
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    out = matmul_nd(a, b, in_gemm ? input : Tensor(), in_gemm && relu);
-    if (!in_gemm) out.add_(input);
-    if (!in_gemm && relu) out = ringgrad::relu(out);
+  const bool gelu = act == Act::gelu || act == Act::gelu_tanh;
+  NoGradGuard no_grad;
+  if (in_gemm) {
+    Epilogue e{.bias = input, .relu = act == Act::relu, .gelu_out = Tensor(),
+               .gelu_tanh = act == Act::gelu_tanh};
+    if (gelu) e.gelu_out = empty({n, p}, detail::options_of(a));
+    Tensor product = matmul_nd(a, b, e);
+    if (gelu) return {e.gelu_out, product};
+    return {product, Tensor()};
   }
+  Tensor product = matmul_nd(a, b);
+  product.add_(input);
+  if (act == Act::relu) return {ringgrad::relu(product), Tensor()};
+  if (gelu)
+    return {ringgrad::gelu(product, act == Act::gelu_tanh ? GeluApprox::Tanh : GeluApprox::None),
+            product};
+  return {product, Tensor()};
+}
+
+Tensor addmm_impl(const Tensor& input, const Tensor& a, const Tensor& b, Act act) {
+  const char* op = act == Act::none ? "addmm" : act == Act::relu ? "addmm_relu" : "addmm_gelu";
+  if (auto dt = detail::autocast_lower({&input, &a, &b}))  // under rg::autocast: in its dtype
+    return addmm_impl(detail::autocast_cast(input, *dt), detail::autocast_cast(a, *dt),
+                      detail::autocast_cast(b, *dt), act);
+  AddmmActivation r = addmm_act_forward(input, a, b, act, op);
   if (autograd::needs_grad({&input, &a, &b}))
     autograd::record(
-        op, out, {&input, &a, &b},
-        [input_shape = input.shape(), a = a.detach(), b = b.detach(),
-         y = relu ? out.detach() : Tensor()](const Tensor& g_out, const std::vector<bool>& need) {
-          const Tensor g = y.defined() ? relu_backward(g_out, y) : g_out;
+        op, r.out, {&input, &a, &b},
+        [input_shape = input.shape(), a = a.detach(), b = b.detach(), act,
+         y = act == Act::relu ? r.out.detach() : Tensor(),
+         x = r.gelu_input.defined() ? r.gelu_input.detach() : Tensor()](
+            const Tensor& g_out, const std::vector<bool>& need) {
+          const Tensor g = act == Act::relu ? relu_backward(g_out, y)
+                           : act == Act::none
+                               ? g_out
+                               : gelu_backward(g_out, x,
+                                               act == Act::gelu_tanh ? GeluApprox::Tanh
+                                                                     : GeluApprox::None);
           return Grads{need[0] ? sum_to(g, input_shape) : Tensor(),
                        need[1] ? matmul(g, b.t()) : Tensor(),
                        need[2] ? matmul(a.t(), g) : Tensor()};
         });
-  return out;
+  return r.out;
 }
 
 }  // namespace
 
 Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b) {
-  return addmm_impl(input, a, b, false);
+  return addmm_impl(input, a, b, Act::none);
 }
 
 Tensor addmm_relu(const Tensor& input, const Tensor& a, const Tensor& b) {
-  return addmm_impl(input, a, b, true);
+  return addmm_impl(input, a, b, Act::relu);
+}
+
+Tensor addmm_gelu(const Tensor& input, const Tensor& a, const Tensor& b, GeluApprox approximate) {
+  return addmm_impl(input, a, b, approximate == GeluApprox::Tanh ? Act::gelu_tanh : Act::gelu);
+}
+
+AddmmActivation addmm_gelu_forward(const Tensor& input, const Tensor& a, const Tensor& b,
+                                   GeluApprox approximate) {
+  return addmm_act_forward(input, a, b,
+                           approximate == GeluApprox::Tanh ? Act::gelu_tanh : Act::gelu,
+                           "addmm_gelu");
 }
 
 }  // namespace ringgrad

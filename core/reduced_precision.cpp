@@ -220,7 +220,7 @@ class StagedBackend final : public Backend {
       return inner_.gemm(g);
     // (gemm_adds_bias is false here, so no caller set an epilogue: the staged paths below
     // would apply it per inner block)
-    RG_ASSERT(!g.bias && !g.relu);
+    RG_ASSERT(!g.bias && !g.relu && !g.gelu_out);
     if (g.batch * g.m * g.k <= kBlock && g.batch * g.k * g.n <= kBlock &&
         g.batch * g.m * g.n <= kBlock)
       return gemm_block(g);

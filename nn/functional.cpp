@@ -11,46 +11,61 @@
 
 namespace ringgrad::nn {
 
+namespace {
+
+enum class Act { none, relu, gelu };
+
 // One op with its own backward rather than matmul + transpose + add: the
 // weight gradient comes out of one GEMM already in weight's (out, in) layout,
-// instead of as a transposed view that would have to be copied. With relu, the
-// activation is applied inside the GEMM (addmm_relu) and differentiated from the output.
-static Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, bool relu) {
-  const char* op = relu ? "linear_relu" : "linear";
+// instead of as a transposed view that would have to be copied. With relu or gelu, the
+// activation is applied inside the GEMM (addmm_relu, addmm_gelu) and differentiated from
+// its output (relu) or its input (gelu, which the GEMM keeps).
+Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Act act,
+                   GeluApprox approximate = GeluApprox::None) {
+  const char* op = act == Act::relu ? "linear_relu" : act == Act::gelu ? "linear_gelu" : "linear";
   if (auto dt = detail::autocast_lower({&x, &weight, &bias}))  // under rg::autocast
     return linear_impl(detail::autocast_cast(x, *dt), detail::autocast_cast(weight, *dt),
-                       detail::autocast_cast(bias, *dt), relu);
+                       detail::autocast_cast(bias, *dt), act, approximate);
   RG_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), op,
            "expected x (…, in) and weight (out, in), got ", shape_str(x.shape()), " and ",
            shape_str(weight.shape()));
-  Tensor y;
+  Tensor y, gelu_input;  // gelu_input: what GELU's backward needs
   {
     NoGradGuard no_grad;
     // (…, in) as one (rows, in) matrix when that is a view: one big GEMM instead of
     // a batch of small ones (a (16, 128, 256) input is one 2048-row product).
     Tensor x2 = x.dim() > 2 && x.is_contiguous() ? x.view({-1, x.size(-1)}) : x;
-    // weightᵀ is read in place, not copied; the bias (and the relu) inside the GEMM where
-    // they can be
+    // weightᵀ is read in place, not copied; the bias (and the activation) inside the GEMM
+    // where they can be
     if (bias.defined() && x2.dim() == 2 && bias.dtype() == x2.dtype() &&
         bias.device() == x2.device()) {
-      y = relu ? addmm_relu(bias, x2, weight.t()) : addmm(bias, x2, weight.t());
+      if (act == Act::gelu) {
+        AddmmActivation r = addmm_gelu_forward(bias, x2, weight.t(), approximate);
+        y = r.out, gelu_input = r.gelu_input;
+      } else {
+        y = act == Act::relu ? addmm_relu(bias, x2, weight.t()) : addmm(bias, x2, weight.t());
+      }
     } else {
       y = matmul(x2, weight.t());
       if (bias.defined()) y.add_(bias);
-      if (relu) y = ringgrad::relu(y);
+      if (act == Act::relu) y = ringgrad::relu(y);
+      if (act == Act::gelu) gelu_input = y, y = ringgrad::gelu(y, approximate);
     }
     if (x2.dim() != x.dim()) {
       Shape shape = x.shape();
       shape.back() = weight.size(0);
       y = y.view(shape);
+      if (gelu_input.defined()) gelu_input = gelu_input.view(shape);
     }
   }
   if (autograd::needs_grad({&x, &weight, &bias}))
     autograd::record(
         op, y, {&x, &weight, &bias},
-        [x = x.detach(), w = weight.detach(), y_saved = relu ? y.detach() : Tensor()](
-            const Tensor& g_out, const std::vector<bool>& need) {
-          const Tensor g = y_saved.defined() ? relu_backward(g_out, y_saved) : g_out;
+        [x = x.detach(), w = weight.detach(), y_saved = act == Act::relu ? y.detach() : Tensor(),
+         gelu_input, approximate](const Tensor& g_out, const std::vector<bool>& need) {
+          const Tensor g = y_saved.defined()       ? relu_backward(g_out, y_saved)
+                           : gelu_input.defined() ? gelu_backward(g_out, gelu_input, approximate)
+                                                  : g_out;
           int64_t out = w.size(0), in = w.size(1);
           Tensor g2 = g.reshape({-1, out}), x2 = x.reshape({-1, in});
           Tensor dx = need[0] ? matmul(g2, w).view(x.shape()) : Tensor();
@@ -61,12 +76,19 @@ static Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& b
   return y;
 }
 
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_impl(x, weight, bias, false);
+  return linear_impl(x, weight, bias, Act::none);
 }
 
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return linear_impl(x, weight, bias, true);
+  return linear_impl(x, weight, bias, Act::relu);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   GeluApprox approximate) {
+  return linear_impl(x, weight, bias, Act::gelu, approximate);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {

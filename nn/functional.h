@@ -22,6 +22,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // (addmm_relu), not in a pass of its own over the output (elsewhere a relu pass after).
 // The feed-forward of TransformerEncoderLayer / DecoderLayer with ReLU.
 Tensor linear_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, weight, bias)) as one op, the same way (addmm_gelu): the bias and GELU
+// applied to each block of the GEMM's output while it is in cache. The MLP of a GPT block.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                   GeluApprox approximate = GeluApprox::None);
 
 // While training: zero each element with probability p, scale the rest by 1/(1-p).
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);

@@ -244,12 +244,16 @@ Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const Atte
   return dropout1(self_attn(x, x, x, m));
 }
 
-// linear1, then the activation: with ReLU one op, max(0, ·) inside linear1's GEMM (through
-// call(), so that traces show linear1; not where linear1 has hooks, which must see its own
-// output: FSDP's, a user's).
+// linear1, then the activation: with ReLU or GELU one op, the activation inside linear1's
+// GEMM (through call(), so that traces show linear1; not where linear1 has hooks, which
+// must see its own output: FSDP's, a user's).
 static Tensor first_linear(Linear& linear1, const Activation& activation, const Tensor& x) {
-  if (!activation.is_relu() || linear1.has_hooks()) return activation(linear1(x));
-  return linear1.call(x, [&] { return linear_relu(x, linear1.weight, linear1.bias); });
+  if (linear1.has_hooks() || !(activation.is_relu() || activation.is_gelu()))
+    return activation(linear1(x));
+  return linear1.call(x, [&] {
+    return activation.is_relu() ? linear_relu(x, linear1.weight, linear1.bias)
+                                : linear_gelu(x, linear1.weight, linear1.bias);
+  });
 }
 
 Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x) {

@@ -41,22 +41,27 @@ class Activation {
 
   Tensor operator()(const Tensor& x) const { return fn_(x); }
   const std::string& name() const { return name_; }
-  // Activation::ReLU itself (not another callable named "relu"): the feed-forward then runs
-  // linear1 and the ReLU as one op, nn::linear_relu.
-  bool is_relu() const { return relu_; }
+  // Activation::ReLU or ::GELU itself (not another callable of that name): the feed-forward
+  // then runs linear1 and the activation as one op, nn::linear_relu or nn::linear_gelu.
+  bool is_relu() const { return kind_ == Kind::relu; }
+  bool is_gelu() const { return kind_ == Kind::gelu; }
 
  private:
+  enum class Kind { custom, relu, gelu };
   struct ReluTag {};
+  struct GeluTag {};
   explicit Activation(ReluTag)
-      : fn_([](const Tensor& x) { return relu(x); }), name_("relu"), relu_(true) {}
+      : fn_([](const Tensor& x) { return relu(x); }), name_("relu"), kind_(Kind::relu) {}
+  explicit Activation(GeluTag)
+      : fn_([](const Tensor& x) { return gelu(x); }), name_("gelu"), kind_(Kind::gelu) {}
 
   std::function<Tensor(const Tensor&)> fn_;
   std::string name_;
-  bool relu_ = false;
+  Kind kind_ = Kind::custom;
 };
 
 inline const Activation Activation::ReLU{Activation::ReluTag{}};
-inline const Activation Activation::GELU{[](const Tensor& x) { return gelu(x); }, "gelu"};
+inline const Activation Activation::GELU{Activation::GeluTag{}};
 
 struct MultiheadAttentionOptions {
   double dropout = 0.0;  // on the attention weights, while training

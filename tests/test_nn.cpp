@@ -376,81 +376,106 @@ TEST_CASE("nn: Linear shapes, 3-D input and bias=false") {
   CHECK(nb.num_parameters() == 12);
 }
 
-TEST_CASE("nn: linear_relu equals relu(linear) bit for bit, values and gradients") {
-  // The relu inside the GEMM (each panel the threads compute, after its bias) against the
-  // relu as its own op after: the same numbers, so equal exactly — with and without a bias,
-  // 3-D input, one and two threads, float32 and float64.
+TEST_CASE("nn: linear_relu and linear_gelu equal the activation after linear, bit for bit") {
+  // The activation inside the GEMM (each block the threads compute, after its bias) against
+  // the activation as its own op after: the same numbers, so equal exactly, values and
+  // gradients — with and without a bias, 3-D input, one and two threads, float32 and float64,
+  // relu, gelu and gelu's tanh form. 70 × 300 rows: blocks of the epilogue's size and a
+  // ragged last one.
   const int saved_threads = rg::get_num_threads();
-  for (int threads : {1, 2})
-    for (rg::DType dt : {rg::kFloat32, rg::kFloat64})
-      for (bool bias : {true, false})
-        for (bool three_d : {false, true}) {
-          CAPTURE(threads);
-          CAPTURE(bias);
-          CAPTURE(three_d);
-          rg::set_num_threads(threads);
-          rg::manual_seed(31);
-          const rg::Shape xs = three_d ? rg::Shape{2, 35, 40} : rg::Shape{70, 40};
-          rg::Tensor x = rg::randn(xs, {.dtype = dt}).requires_grad_();
-          rg::Tensor w = rg::randn({300, 40}, {.dtype = dt}).requires_grad_();
-          rg::Tensor b = bias ? rg::randn({300}, {.dtype = dt}).requires_grad_() : rg::Tensor();
-          rg::Tensor up = rg::randn(three_d ? rg::Shape{2, 35, 300} : rg::Shape{70, 300},
-                                    {.dtype = dt});
-          auto grads = [&](const rg::Tensor& y) {
-            x.set_grad(rg::Tensor()), w.set_grad(rg::Tensor());
-            if (bias) b.set_grad(rg::Tensor());
-            (y * up).sum().backward();
-            return std::vector<rg::Tensor>{x.grad().clone(), w.grad().clone(),
-                                           bias ? b.grad().clone() : rg::Tensor()};
-          };
-          rg::Tensor fused = nn::linear_relu(x, w, b), apart = rg::relu(nn::linear(x, w, b));
-          CHECK(values(fused) == values(apart));
-          CHECK(fused.min().item<double>() == 0.0);  // the relu did cut something
-          std::vector<rg::Tensor> gf = grads(fused), ga = grads(apart);
-          for (size_t i = 0; i < gf.size(); ++i)
-            if (gf[i].defined()) CHECK(values(gf[i]) == values(ga[i]));
-        }
+  enum class Act { relu, gelu, gelu_tanh };
+  for (Act act : {Act::relu, Act::gelu, Act::gelu_tanh})
+    for (int threads : {1, 2})
+      for (rg::DType dt : {rg::kFloat32, rg::kFloat64})
+        for (bool bias : {true, false})
+          for (bool three_d : {false, true}) {
+            CAPTURE(int(act));
+            CAPTURE(threads);
+            CAPTURE(bias);
+            CAPTURE(three_d);
+            rg::set_num_threads(threads);
+            rg::manual_seed(31);
+            const rg::Shape xs = three_d ? rg::Shape{2, 35, 40} : rg::Shape{70, 40};
+            rg::Tensor x = rg::randn(xs, {.dtype = dt}).requires_grad_();
+            rg::Tensor w = rg::randn({300, 40}, {.dtype = dt}).requires_grad_();
+            rg::Tensor b = bias ? rg::randn({300}, {.dtype = dt}).requires_grad_() : rg::Tensor();
+            rg::Tensor up = rg::randn(three_d ? rg::Shape{2, 35, 300} : rg::Shape{70, 300},
+                                      {.dtype = dt});
+            auto grads = [&](const rg::Tensor& y) {
+              x.set_grad(rg::Tensor()), w.set_grad(rg::Tensor());
+              if (bias) b.set_grad(rg::Tensor());
+              (y * up).sum().backward();
+              return std::vector<rg::Tensor>{x.grad().clone(), w.grad().clone(),
+                                             bias ? b.grad().clone() : rg::Tensor()};
+            };
+            const rg::GeluApprox form =
+                act == Act::gelu_tanh ? rg::GeluApprox::Tanh : rg::GeluApprox::None;
+            rg::Tensor fused = act == Act::relu ? nn::linear_relu(x, w, b)
+                                                : nn::linear_gelu(x, w, b, form);
+            rg::Tensor apart = act == Act::relu ? rg::relu(nn::linear(x, w, b))
+                                                : rg::gelu(nn::linear(x, w, b), form);
+            CHECK(values(fused) == values(apart));
+            if (act == Act::relu) CHECK(fused.min().item<double>() == 0.0);  // it did cut
+            if (act != Act::relu) CHECK(fused.min().item<double>() < -0.1);  // gelu's dip
+            std::vector<rg::Tensor> gf = grads(fused), ga = grads(apart);
+            for (size_t i = 0; i < gf.size(); ++i)
+              if (gf[i].defined()) CHECK(values(gf[i]) == values(ga[i]));
+          }
   rg::set_num_threads(saved_threads);
   CHECK_THROWS_WITH(nn::linear_relu(rg::randn({2, 3}), rg::randn({4, 5})),
                     doctest::Contains("[linear_relu] expected x (…, in) and weight (out, in), got [2, 3] and [4, 5]"));
+  CHECK_THROWS_WITH(nn::linear_gelu(rg::randn({2, 3}), rg::randn({4, 5})),
+                    doctest::Contains("[linear_gelu] expected x (…, in) and weight (out, in), got [2, 3] and [4, 5]"));
   CHECK_THROWS_WITH(rg::relu_backward(rg::randn({2, 3}), rg::randn({3, 2})),
                     doctest::Contains("[relu_backward] expected grad and out of one shape, got [2, 3] and [3, 2]"));
+  CHECK_THROWS_WITH(rg::gelu_backward(rg::randn({2, 3}), rg::randn({3, 2})),
+                    doctest::Contains("[gelu_backward] expected grad and x of one shape, got [2, 3] and [3, 2]"));
 }
 
-TEST_CASE("nn: a Transformer layer's ReLU feed-forward, fused, equals the same layer unfused") {
-  // Activation::ReLU runs linear1 and the relu as one op; a callable that calls relu runs
-  // them apart. Same weights: the same outputs and gradients, bit for bit. A hook on
-  // linear1 turns the fusion off (the hook must see linear1's own output).
-  rg::manual_seed(32);
-  nn::TransformerEncoderLayer fused(16, 2, {.dim_feedforward = 64, .dropout = 0.0});
-  nn::TransformerEncoderLayer apart(
-      16, 2, {.dim_feedforward = 64, .dropout = 0.0,
-              .activation = nn::Activation([](const rg::Tensor& x) { return rg::relu(x); })});
-  apart.load_state_dict(fused.state_dict());
-  CHECK(nn::Activation::ReLU.is_relu());
-  CHECK_FALSE(apart.options.activation.is_relu());
-  rg::Tensor x = rg::randn({5, 3, 16});
-  rg::Tensor yf = fused(x), ya = apart(x);
-  CHECK(values(yf) == values(ya));
-  yf.sum().backward();
-  ya.sum().backward();
-  auto grad_of = [](const nn::Module& m, const std::string& name) {
-    for (const auto& [n, p] : m.named_parameters())
-      if (n == name) return values(p.grad());
-    FAIL("no parameter ", name);
-    return std::vector<double>{};
-  };
-  for (const char* name :
-       {"linear1.weight", "linear1.bias", "linear2.weight", "self_attn.in_proj_weight"}) {
-    CAPTURE(name);
-    CHECK(grad_of(fused, name) == grad_of(apart, name));
+TEST_CASE("nn: a Transformer layer's ReLU or GELU feed-forward, fused, equals it unfused") {
+  // Activation::ReLU and ::GELU run linear1 and the activation as one op; a callable that
+  // calls relu or gelu runs them apart. Same weights: the same outputs and gradients, bit for
+  // bit. A hook on linear1 turns the fusion off (the hook must see linear1's own output).
+  for (bool gelu : {false, true}) {
+    CAPTURE(gelu);
+    rg::manual_seed(32);
+    const nn::Activation& fused_act = gelu ? nn::Activation::GELU : nn::Activation::ReLU;
+    nn::TransformerEncoderLayer fused(
+        16, 2, {.dim_feedforward = 64, .dropout = 0.0, .activation = fused_act});
+    nn::TransformerEncoderLayer apart(
+        16, 2, {.dim_feedforward = 64, .dropout = 0.0,
+                .activation = nn::Activation([gelu](const rg::Tensor& x) {
+                  return gelu ? rg::gelu(x) : rg::relu(x);
+                })});
+    apart.load_state_dict(fused.state_dict());
+    CHECK(fused_act.is_relu() == !gelu);
+    CHECK(fused_act.is_gelu() == gelu);
+    CHECK_FALSE(apart.options.activation.is_relu());
+    CHECK_FALSE(apart.options.activation.is_gelu());
+    rg::Tensor x = rg::randn({5, 3, 16});
+    rg::Tensor yf = fused(x), ya = apart(x);
+    CHECK(values(yf) == values(ya));
+    yf.sum().backward();
+    ya.sum().backward();
+    auto grad_of = [](const nn::Module& m, const std::string& name) {
+      for (const auto& [n, p] : m.named_parameters())
+        if (n == name) return values(p.grad());
+      FAIL("no parameter ", name);
+      return std::vector<double>{};
+    };
+    for (const char* name :
+         {"linear1.weight", "linear1.bias", "linear2.weight", "self_attn.in_proj_weight"}) {
+      CAPTURE(name);
+      CHECK(grad_of(fused, name) == grad_of(apart, name));
+    }
+    rg::Tensor seen;
+    fused.linear1.register_forward_hook(
+        [&](nn::Module&, const rg::Tensor&, rg::Tensor& out) { seen = out; });
+    rg::Tensor hooked = fused(x);
+    REQUIRE(seen.defined());
+    CHECK(seen.min().item<double>() < -0.5);  // linear1's own output, before the activation
+    CHECK(values(hooked) == values(yf));
   }
-  rg::Tensor seen;
-  fused.linear1.register_forward_hook(
-      [&](nn::Module&, const rg::Tensor&, rg::Tensor& out) { seen = out; });
-  fused(x);
-  REQUIRE(seen.defined());
-  CHECK(seen.min().item<double>() < 0.0);  // linear1's own output, before the relu
 }
 
 TEST_CASE("nn: Linear init follows PyTorch's U(-1/sqrt(in), 1/sqrt(in))") {

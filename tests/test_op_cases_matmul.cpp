@@ -1,6 +1,6 @@
 // test_op_cases_matmul.cpp — the op table's matmul cases (op_cases.h): 1-D and 2-D
 // forms, batched with broadcast batch dims, and transposed (non-contiguous)
-// operands, both as leaves and as views taken inside the call; addmm, addmm_relu.
+// operands, both as leaves and as views taken inside the call; addmm, addmm_relu, addmm_gelu.
 #include "op_cases.h"
 
 namespace opcase {
@@ -15,6 +15,7 @@ std::vector<OpCase> matmul_cases() {
   };
   auto add_mm = [](const V& in) { return rg::addmm(in[0], in[1], in[2]); };
   auto add_mm_relu = [](const V& in) { return rg::addmm_relu(in[0], in[1], in[2]); };
+  auto add_mm_gelu = [](const V& in) { return rg::addmm_gelu(in[0], in[1], in[2]); };
 
   return {
       {"matmul", shapes({5, 7}, {7, 3}), mm},
@@ -96,6 +97,16 @@ std::vector<OpCase> matmul_cases() {
        [](const V& in) { return rg::addmm_relu(in[0], in[1], in[2].t()); }},
       {"addmm_relu:full-input", shapes3({3, 4}, {3, 5}, {5, 4}), add_mm_relu},
       {"addmm_relu:panels", shapes3({300}, {70, 40}, {40, 300}), add_mm_relu,
+       {.gradcheck = false, .reduced_precision = false}},
+
+      // ---- addmm_gelu: GELU inside the GEMM (the product kept for its backward)
+      {"addmm_gelu:bias", shapes3({4}, {3, 5}, {5, 4}), add_mm_gelu},
+      {"addmm_gelu:linear", shapes3({4}, {3, 5}, {4, 5}),
+       [](const V& in) { return rg::addmm_gelu(in[0], in[1], in[2].t()); }},
+      {"addmm_gelu:tanh", shapes3({4}, {3, 5}, {5, 4}),
+       [](const V& in) { return rg::addmm_gelu(in[0], in[1], in[2], rg::GeluApprox::Tanh); }},
+      {"addmm_gelu:full-input", shapes3({3, 4}, {3, 5}, {5, 4}), add_mm_gelu},
+      {"addmm_gelu:panels", shapes3({300}, {70, 40}, {40, 300}), add_mm_gelu,
        {.gradcheck = false, .reduced_precision = false}},
   };
 }

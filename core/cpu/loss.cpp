@@ -1,4 +1,5 @@
 // loss.cpp — CPU softmax cross-entropy, forward and backward, one row per sample.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -30,10 +31,15 @@ void CpuBackend::cross_entropy(const TensorRef& logits, const TensorRef& target,
     parallel_for(n, n * c * 4, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const T* x = x0 + i * c;
+        // (vectorised: exp_vec, and sums the compiler may reorder across lanes)
         T m = -std::numeric_limits<T>::infinity();
-        for (int64_t j = 0; j < c; ++j) m = math::maximum(m, x[j]);
+        RG_SIMD_REDUCE(max : m)
+        for (int64_t j = 0; j < c; ++j) m = std::max(m, x[j]);
         T sum = 0, total = 0;
-        for (int64_t j = 0; j < c; ++j) sum += std::exp(x[j] - m), total += x[j];
+        RG_SIMD_REDUCE(+ : sum)
+        for (int64_t j = 0; j < c; ++j) sum += math::exp_vec(x[j] - m);
+        RG_SIMD_REDUCE(+ : total)
+        for (int64_t j = 0; j < c; ++j) total += x[j];
         s[i] = m + std::log(sum);
         if (t[i] == ignore_index) {
           l[i] = 0;
@@ -65,7 +71,9 @@ void CpuBackend::cross_entropy_backward(const TensorRef& grad_loss, const Tensor
           for (int64_t j = 0; j < c; ++j) d[j] = 0;
           continue;
         }
-        for (int64_t j = 0; j < c; ++j) d[j] = g[i] * (std::exp(x[j] - s[i]) - uniform);
+        const T gi = g[i], si = s[i];
+        RG_SIMD
+        for (int64_t j = 0; j < c; ++j) d[j] = gi * (math::exp_vec(x[j] - si) - uniform);
         d[t[i]] -= g[i] * (T(1) - eps);
       }
     });

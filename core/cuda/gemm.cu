@@ -11,7 +11,7 @@
 namespace ringgrad::cuda {
 
 void CudaBackend::gemm(const GemmArgs& g) {
-  RG_ASSERT(!g.bias && !g.relu);  // (gemm_adds_bias is false: addmm adds the bias after)
+  RG_ASSERT(!g.bias && !g.relu && !g.gelu_out);  // (gemm_adds_bias is false: addmm adds the bias after)
   if (g.m == 0 || g.n == 0) return;
   const bool b_row_major = g.b_col_stride == 1;
   const bool a_row_major = g.a_col_stride == 1;

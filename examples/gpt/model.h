@@ -73,7 +73,13 @@ class Block : public rg::nn::Module {
     if (rope_) masks.positions = positions_->narrow(1, 0, x.size(1));  // global positions
     rg::Tensor y = x + attn(h, h, h, masks);  // ring attention under context_parallel
     rg::Tensor z = (*ln2)(y);
-    return y + (mlp ? (*mlp)(z) : (*proj)(rg::gelu((*fc)(z))));
+    return y + (mlp ? (*mlp)(z) : (*proj)(fc_gelu(z)));
+  }
+  // gelu(fc(z)) as one op, GELU applied inside fc's GEMM (nn::linear_gelu); through fc's
+  // call() so that traces show fc, and not where fc has hooks (they must see fc's output).
+  rg::Tensor fc_gelu(const rg::Tensor& z) {
+    if (fc->has_hooks()) return rg::gelu((*fc)(z));
+    return fc->call(z, [&] { return rg::nn::linear_gelu(z, fc->weight, fc->bias); });
   }
 
   int64_t d_model;
