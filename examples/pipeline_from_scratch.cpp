@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   par::World world(argc, argv);
   CLI::App app{"Pipeline parallelism from scratch: GPipe and 1F1B, and their bubble (rgrun -n P)"};
   std::vector<int64_t> micro_batches{1, 2, 4, 8};
-  int64_t layers = 8, width = 512, rows = 32, steps = 3, last_layers = 0;
+  int64_t layers = 8, width = 512, rows = 128, steps = 3, last_layers = 0;
   app.add_option("--micro-batches", micro_batches, "values of m to measure")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
