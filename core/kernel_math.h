@@ -36,7 +36,8 @@
 
 namespace ringgrad::math {
 
-inline constexpr double kSqrt2 = 1.4142135623730951;
+inline constexpr double kInvSqrt2 = 0.7071067811865476;  // 1/√2: GELU multiplies by it (a divide costs
+                                                          // GELU's forward a quarter of its time)
 inline constexpr double kInvSqrt2Pi = 0.3989422804014327;   // 1/sqrt(2π)
 inline constexpr double kSqrt2OverPi = 0.7978845608028654;  // sqrt(2/π)
 inline constexpr double kGeluCoeff = 0.044715;
@@ -64,12 +65,12 @@ RG_HD_ALWAYS T erf_vec(T x);
 // gelu(x) = x·Φ(x) = ½x(1 + erf(x/√2))
 template <typename T>
 RG_HD_ALWAYS T gelu_erf(T x) {
-  return T(0.5) * x * (T(1) + erf_vec(x / T(kSqrt2)));
+  return T(0.5) * x * (T(1) + erf_vec(x * T(kInvSqrt2)));
 }
 // d/dx gelu = Φ(x) + x·φ(x)
 template <typename T>
 RG_HD_ALWAYS T gelu_erf_grad(T x) {
-  T cdf = T(0.5) * (T(1) + erf_vec(x / T(kSqrt2)));
+  T cdf = T(0.5) * (T(1) + erf_vec(x * T(kInvSqrt2)));
   T pdf = T(kInvSqrt2Pi) * exp_vec(T(-0.5) * x * x);
   return cdf + x * pdf;
 }
