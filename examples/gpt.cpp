@@ -354,7 +354,7 @@ int main(int argc, char** argv) {
   Checkpointing ckpt;  // --save --save-every --resume --max-steps (checkpointing.h)
   int dp = 0, cp = 1, tp = 1, pp = 1;
   int64_t micro_batches = 4;
-  int64_t steps = 1000, batch = 16, eval_every = 100, eval_batches = 8, sample_length = 300,
+  int64_t steps = 2000, batch = 16, eval_every = 100, eval_batches = 8, sample_length = 300,
           top_k = 20;
   double lr = 3e-3, temperature = 0.8;
   uint64_t seed = 0;
