@@ -21,6 +21,7 @@
 #include "ringgrad/data/dataloader.h"
 #include "ringgrad/data/mnist.h"
 #include "ringgrad/data/sampler.h"
+#include "ringgrad/nn/checkpoint.h"
 #include "ringgrad/nn/functional.h"
 #include "ringgrad/nn/init.h"
 #include "ringgrad/nn/layers.h"

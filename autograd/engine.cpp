@@ -16,6 +16,7 @@
 //    device its input had when the op was recorded (PyTorch's validate_outputs).
 // With tracing on (core/trace.h), the whole pass is one "backward" slice and
 // each node that runs is a slice inside it, named by its op ("matmul", …).
+#include <functional>
 #include <queue>
 #include <unordered_map>
 
@@ -34,7 +35,8 @@ struct LaterFirst {
   }
 };
 
-std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& root) {
+std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& root,
+                                                 const std::function<bool(const Node&)>* stop) {
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> stack{root.get()};
   std::unordered_map<Node*, bool> seen{{root.get(), true}};
@@ -46,6 +48,7 @@ std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& r
       ++deps[e.node.get()];
       if (!seen[e.node.get()]) {
         seen[e.node.get()] = true;
+        if (stop && (*stop)(*e.node)) continue;  // counted, but not walked past
         stack.push_back(e.node.get());
       }
     }
@@ -91,7 +94,15 @@ void queue_callback(std::function<void()> fn) {
   pending_callbacks->push_back(std::move(fn));
 }
 
-void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+namespace {
+
+// The pass itself. With `stop`, a node for which stop(node) holds is not run: the
+// gradient that reaches it is kept in `captured` instead, and the walk does not go past
+// it (how checkpoint's recomputation hands the gradients for the tensors it read from
+// outside back to the backward that called it).
+void backward_pass(const Tensor& root, const Tensor& gradient, bool retain_graph,
+                   const std::function<bool(const Node&)>* stop,
+                   std::unordered_map<Node*, Tensor>* captured) {
   RG_CHECK(root.requires_grad(), "backward", "expected a tensor that requires grad, got ",
            root.describe(),
            " with no graph (did an input have requires_grad=true? was it made under NoGradGuard?)");
@@ -121,7 +132,11 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     ~Restore() { pending_callbacks = saved; }
   } restore{outer_callbacks};
   std::shared_ptr<Node> start = gradient_edge(root).node;
-  std::unordered_map<Node*, int> deps = count_dependencies(start);
+  if (stop && (*stop)(*start)) {  // the root itself lies on the boundary: nothing to run
+    (*captured)[start.get()] = grad;
+    return;
+  }
+  std::unordered_map<Node*, int> deps = count_dependencies(start, stop);
   std::unordered_map<Node*, Tensor> buffers;
   std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, LaterFirst> ready;
   buffers[start.get()] = grad;
@@ -134,6 +149,10 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
     if (auto it = buffers.find(node.get()); it != buffers.end()) {
       g = std::move(it->second);
       buffers.erase(it);
+    }
+    if (stop && (*stop)(*node)) {  // a boundary: keep its gradient, run nothing
+      if (g.defined()) (*captured)[node.get()] = std::move(g);
+      continue;
     }
     // A node that received no gradient at all (every path into it was cut) is
     // skipped, but still releases its children's dependency counts.
@@ -161,6 +180,19 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
   }
   // Every node has run: now the callbacks hooks queued (they may queue more).
   for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
+}
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
+  backward_pass(root, gradient, retain_graph, nullptr, nullptr);
+}
+
+std::unordered_map<Node*, Tensor> run_backward_until(const Tensor& root, const Tensor& gradient,
+                                                     const std::function<bool(const Node&)>& stop) {
+  std::unordered_map<Node*, Tensor> captured;
+  backward_pass(root, gradient, /*retain_graph=*/false, &stop, &captured);
+  return captured;
 }
 
 }  // namespace ringgrad::autograd

@@ -14,6 +14,8 @@ static std::atomic<uint64_t> next_sequence_nr{0};
 
 Node::Node(const char* name_) : name(name_), sequence_nr(next_sequence_nr.fetch_add(1)) {}
 
+uint64_t next_sequence_number() { return next_sequence_nr.load(); }
+
 // Dropping the last reference to a chain of N nodes would otherwise recurse N
 // deep (each node's edges release the next node) and overflow the stack for
 // graphs of a few hundred thousand ops. Nodes about to die hand their edges to

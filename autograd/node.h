@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "ringgrad/core/tensor.h"
@@ -86,6 +87,18 @@ Edge gradient_edge(const Tensor& t);
 
 // Run backward from `root` with initial gradient `grad` (engine.cpp).
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+// A backward from `root` that stops at a boundary: a node for which stop(node) holds is
+// not run and not walked past; the gradient that reached it is returned, by node (a node
+// no gradient reached is absent). Leaves' gradients are not accumulated unless their
+// AccumulateGrad lies inside the boundary. Checkpointing's recomputation runs on it
+// (nn/checkpoint.h); like torch.autograd.grad, but by node.
+std::unordered_map<Node*, Tensor> run_backward_until(const Tensor& root, const Tensor& grad,
+                                                     const std::function<bool(const Node&)>& stop);
+
+// The sequence number the next node made will get: every node made from now on has one
+// at least as large (AccumulateGrad's excepted: theirs is the largest of all).
+uint64_t next_sequence_number();
 
 // From inside a backward (a gradient hook, say): run fn once that backward has
 // finished with every node — how data parallelism waits for its last
