@@ -19,9 +19,11 @@ struct ZeroRedundancyOptimizer::Stage2 {
   std::vector<int> owner;
   std::vector<WorkHandle> pending;  // this backward's reduces, in issue order
   bool active = false;
+  bool sync = true;  // false under no_sync(): gradients accumulate locally
 
   // A parameter's gradient is final: send it to its owner (averaged there).
   void on_gradient(size_t i, Tensor& p) {
+    if (!sync) return;
     if (!active) {
       active = true;
       autograd::queue_callback([this] { finish_backward(); });
@@ -97,6 +99,15 @@ void ZeroRedundancyOptimizer::step() {
   }
   for (WorkHandle& w : works) w->wait();
 }
+
+ZeroRedundancyOptimizer::NoSync::NoSync(ZeroRedundancyOptimizer& zero) : zero_(zero) {
+  RG_CHECK(zero.stage2_ != nullptr, "ZeroRedundancyOptimizer::no_sync",
+           "expected stage 2 (gradients reduced by ZeRO), got stage 1: under ZeRO-1 DDP averages the "
+           "gradients, so use DistributedDataParallel::no_sync()");
+  zero_.stage2_->sync = false;
+}
+
+ZeroRedundancyOptimizer::NoSync::~NoSync() { zero_.stage2_->sync = true; }
 
 void ZeroRedundancyOptimizer::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());

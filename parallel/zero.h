@@ -24,7 +24,10 @@
 // hook sends each finished gradient to its owner only (reduce, averaging) instead
 // of all-reducing it, and when backward ends every rank drops the gradients it does
 // not own: each keeps ~1/N of them. Then step() as above. Same updates as DDP, up to
-// the order of the sums (float64: ~1e-16). One backward per step (no accumulation).
+// the order of the sums (float64: ~1e-16). Gradient accumulation: backwards under
+// no_sync() keep whole local gradients (no communication, every gradient on every rank,
+// as DDP's no_sync); the first backward after it reduces the accumulated sums to their
+// owners. Under ZeRO-1, DDP's no_sync does that.
 #pragma once
 
 #include <functional>
@@ -48,6 +51,20 @@ class ZeroRedundancyOptimizer {
   using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
   ZeroRedundancyOptimizer(std::vector<Tensor> params, Communicator& comm, const Factory& make,
                           ZeroOptions options = {});
+
+  // ZeRO-2 only: while a NoSync guard lives, backward accumulates local gradients and
+  // sends nothing; the first backward after it reduces the sums (gradient accumulation).
+  class NoSync {
+   public:
+    explicit NoSync(ZeroRedundancyOptimizer& zero);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    ZeroRedundancyOptimizer& zero_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
 
   void step();       // update this rank's parameters, then broadcast every one from its owner
   void zero_grad();  // every parameter's gradient, as the optimizer's own zero_grad
