@@ -40,8 +40,10 @@
 // for validation. Every eval interval prints the train and validation loss; the end
 // prints a sample from --prompt, then
 //   RESULT example=gpt world=N strategy=S dp=… cp=… tp=… pp=… val_loss=… unigram_loss=… tokens_per_s=…
+//          … recompute=… peak_mb=…
 // where unigram_loss is the entropy (nats/char) of the validation text's byte
-// frequencies: the loss of a model that learned nothing but how often each byte occurs.
+// frequencies: the loss of a model that learned nothing but how often each byte occurs,
+// and peak_mb the most tensor memory any rank held during training (rg::memory_stats).
 // The train loss printed is the mean over every rank and every step since the last line.
 // --log-every N also prints it every N steps; --log FILE.jsonl writes a JSON line at each
 // of those and at each evaluation (step, loss, val_loss, tokens/s, lr, elapsed_s:
@@ -61,6 +63,14 @@
 // beside gpt/budget.h's formulas, one CHECK line each (--strategy ddp, --cp 1; with
 // --precision and --comm-hook too).
 //
+// --grad-accum N: each step takes N micro-batches of --batch-size sequences per replica,
+// their gradients summed (each loss divided by N), and only the last backward
+// communicates (no_sync; with --pp, the pipeline runs N times, then the all-reduce).
+// --batch-size B --grad-accum N draws the same sequences as --batch-size N·B: the same
+// training run up to the order of sums, holding one micro-batch's activations at a time.
+// --recompute none|selective|full: activation recomputation (nn/checkpoint.h; what each
+// keeps: GPTConfig in gpt/model.h): the MLP half of each block, or each whole block,
+// recomputed in backward instead of kept. The same training run, bit for bit.
 // --precision bf16|fp16: PyTorch's AMP recipe (examples/precision.h): forward and loss (and
 // the validation loss) under rg::autocast, the float32 parameters as master weights; fp16
 // adds a GradScaler, unscaled before clipping. Under zero1/zero2/fsdp each rank unscales
@@ -90,6 +100,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -139,13 +150,16 @@ struct Trainer {
   Precision precision;
   rg::optim::GradScaler scaler;
   std::unique_ptr<ZeroStep> zero_step;  // fp16 under ZeRO: its step, as an Optimizer
+  // --grad-accum: a step's rows on this rank are taken in this many micro-batches.
+  int64_t accumulation = 1;
 
   Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr, const Groups& g,
-          int64_t micro_batches, const Precision& p, par::DDPCommHook comm_hook)
+          int64_t micro_batches, const Precision& p, par::DDPCommHook comm_hook, int64_t accum)
       : strategy(s), model(m), comm(c), precision(p),
         scaler(rg::optim::GradScalerOptions{
             .enabled = p.scaled(),
-            .agree = s == "ddp" ? rg::optim::GradScalerOptions::Agree{} : par::found_inf_all_reduce(c)}) {
+            .agree = s == "ddp" ? rg::optim::GradScalerOptions::Agree{} : par::found_inf_all_reduce(c)}),
+        accumulation(accum) {
     auto make = [lr](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
       return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
     };
@@ -194,34 +208,65 @@ struct Trainer {
       return par::vocab_parallel_cross_entropy(logits, targets, groups->tp);
     };
   }
-  // Forward and backward of this rank's part of a batch; its mean loss.
+  // Micro-batch k of the `accumulation` this rank's rows are cut into.
+  rg::Tensor micro(const rg::Tensor& rows, int64_t k) const {
+    const int64_t n = rows.size(0) / accumulation;
+    return rows.narrow(0, k * n, n);
+  }
+  // Forward and backward of this rank's part of a batch; its mean loss. Under
+  // --grad-accum N, N micro-batches, each loss divided by N so that the gradients add up
+  // to the whole batch's; only the last backward communicates (the strategy's no_sync()).
   double train_step(const rg::Tensor& tokens, const rg::Tensor& targets) {
-    if (!pipeline) {
+    double sum = 0;
+    const double share = 1.0 / double(accumulation);
+    for (int64_t k = 0; k < accumulation; ++k) {
+      const bool quiet = k + 1 < accumulation;
+      if (pipeline) {  // gradients accumulate in the stage; the all-reduces come after the last
+        sum += pipeline->forward_backward(micro(tokens, k), micro(targets, k),
+                                          [this, share](const rg::Tensor& logits, const rg::Tensor& t) {
+                                            return vocab_parallel_loss()(logits, t) * share;
+                                          });
+        continue;
+      }
+      std::optional<par::DistributedDataParallel::NoSync> ddp_quiet;
+      std::optional<par::ZeroRedundancyOptimizer::NoSync> zero_quiet;
+      std::optional<par::FullyShardedDataParallel::NoSync> fsdp_quiet;
+      if (quiet && ddp) ddp_quiet.emplace(*ddp);
+      if (quiet && zero && !ddp) zero_quiet.emplace(*zero);  // zero2 (zero1 is DDP's)
+      if (quiet && fsdp) fsdp_quiet.emplace(*fsdp);
       rg::Tensor loss;
       {
         rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());  // off for fp32
-        loss = loss_of(tokens, targets);
+        loss = loss_of(micro(tokens, k), micro(targets, k));
       }
-      scaler.scale(loss).backward();  // fp32/bf16: loss.backward()
-      return loss.item();
+      scaler.scale(loss * share).backward();  // fp32/bf16: (loss / N).backward()
+      sum += loss.item() * share;
     }
-    const double loss = pipeline->forward_backward(tokens, targets, vocab_parallel_loss());
+    if (!pipeline) return sum;
     // The tied embedding's two copies (first and last stage): their gradients summed.
     if (groups->pp_size > 1) {
       rg::Tensor g = stage->wte ? stage->wte->weight.grad()
                                 : rg::Tensor();
-      rg::Tensor sum = g.defined() ? g : rg::zeros({GPTConfig::vocab / groups->tp.size(), model.wte.embedding_dim});
-      if (stage->wte && !g.defined()) stage->wte->weight.set_grad(sum);
-      groups->pp.all_reduce(sum, par::Reduce::Sum);
+      rg::Tensor total = g.defined() ? g : rg::zeros({GPTConfig::vocab / groups->tp.size(), model.wte.embedding_dim});
+      if (stage->wte && !g.defined()) stage->wte->weight.set_grad(total);
+      groups->pp.all_reduce(total, par::Reduce::Sum);
     }
     par::all_reduce_grads(stage->parameters(), comm, par::Reduce::Avg);  // the mean over every token
-    return loss;
+    return sum;
   }
+  // The mean loss over this rank's rows, in the training step's micro-batches.
   double eval_step(const rg::Tensor& tokens, const rg::Tensor& targets) {
-    if (pipeline) return pipeline->evaluate(tokens, targets, vocab_parallel_loss());
-    rg::NoGradGuard no_grad;
-    rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());
-    return loss_of(tokens, targets).item();
+    double sum = 0;
+    for (int64_t k = 0; k < accumulation; ++k) {
+      if (pipeline) {
+        sum += pipeline->evaluate(micro(tokens, k), micro(targets, k), vocab_parallel_loss());
+        continue;
+      }
+      rg::NoGradGuard no_grad;
+      rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());
+      sum += loss_of(micro(tokens, k), micro(targets, k)).item();
+    }
+    return sum / double(accumulation);
   }
   double clip(double max_norm) {
     if (pipeline) {  // Σ g² over one whole model: each parameter counted once, then summed
@@ -353,7 +398,7 @@ int main(int argc, char** argv) {
   std::string data, strategy = "ddp", trace_path, prompt = "The ";
   Checkpointing ckpt;  // --save --save-every --resume --max-steps (checkpointing.h)
   int dp = 0, cp = 1, tp = 1, pp = 1;
-  int64_t micro_batches = 4;
+  int64_t micro_batches = 4, grad_accum = 1;
   int64_t steps = 2000, batch = 16, eval_every = 100, eval_batches = 8, sample_length = 300,
           top_k = 20;
   double lr = 3e-3, temperature = 0.8;
@@ -377,10 +422,16 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"learned", "rope"}));
   app.add_option("--mlp", config.mlp, "gelu (GPT-2's) or swiglu (Llama's gated MLP)")
       ->check(CLI::IsMember({"gelu", "swiglu"}));
+  app.add_option("--recompute", config.recompute,
+                 "activation recomputation: none, selective (each block's MLP) or full (each block)")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   app.add_option("--kv-heads", config.kv_heads, "grouped-query attention: K/V heads, dividing --heads (0: --heads)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--steps", steps, "optimizer steps (in all, counting a resumed run's)")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch, "sequences per step on each data-parallel replica")
+  app.add_option("--batch-size", batch, "sequences per forward on each data-parallel replica")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--grad-accum", grad_accum,
+                 "micro-batches of --batch-size per step, gradients summed (a step takes N x --batch-size)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", lr, "peak learning rate (AdamW; warmup 5% of the steps, then cosine)")
       ->check(CLI::PositiveNumber);
@@ -436,10 +487,10 @@ int main(int argc, char** argv) {
              "gpt", "expected --comm-hook none unless DDP averages the gradients (--strategy ddp or zero1, "
              "no --tp/--pp), got --comm-hook ", comm_hook.name, " with --strategy ", strategy);
     ckpt.check();
-    RG_CHECK(!budget || (strategy == "ddp" && cp == 1 && steps >= 2),
-             "gpt", "expected --budget with --strategy ddp, --cp 1 and --steps >= 2 "
+    RG_CHECK(!budget || (strategy == "ddp" && cp == 1 && steps >= 2 && grad_accum == 1),
+             "gpt", "expected --budget with --strategy ddp, --cp 1, --grad-accum 1 and --steps >= 2 "
              "(its formulas count those; chapters 2 and 5 count the others), got --strategy ", strategy,
-             " --cp ", cp, " --steps ", steps);
+             " --cp ", cp, " --grad-accum ", grad_accum, " --steps ", steps);
     RG_CHECK((tp == 1 && pp == 1) || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
              "expected no --save or --resume with --tp or --pp above 1 (not yet)");
     // The mesh, tp varying fastest (its ranks talk most: on a GPU host, the same node).
@@ -459,7 +510,8 @@ int main(int argc, char** argv) {
     rg::manual_seed(seed);  // the same initial model on every rank
     GPT model(config);
     Trainer trainer(strategy, model, everyone, lr, groups, pp > 1 ? micro_batches : 1, precision,
-                    comm_hook.hook());
+                    comm_hook.hook(), grad_accum);
+    const int64_t per_replica = batch * grad_accum;  // sequences per step on each replica
     rg::optim::WarmupCosine schedule(trainer.optimizer(),
                                      {.warmup_steps = std::max<int64_t>(1, steps / 20),
                                       .total_steps = steps, .min_factor = 0.1});
@@ -467,7 +519,7 @@ int main(int argc, char** argv) {
     std::map<std::string, std::string> run{
         {"layers", std::to_string(config.layers)}, {"d_model", std::to_string(config.d_model)},
         {"heads", std::to_string(config.heads)},   {"seq", std::to_string(config.seq)},
-        {"steps", std::to_string(steps)},          {"global_batch", std::to_string(batch * dp)},
+        {"steps", std::to_string(steps)},          {"global_batch", std::to_string(per_replica * dp)},
         {"lr", std::to_string(lr)},                {"seed", std::to_string(seed)},
         {"data", data}};
     if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
@@ -519,9 +571,13 @@ int main(int argc, char** argv) {
           static_cast<long long>(model.num_parameters()), static_cast<long long>(config.layers),
           static_cast<long long>(config.d_model), static_cast<long long>(config.heads),
           static_cast<long long>(config.seq), world.size(), dp, pp, cp, tp, strategy.c_str(),
-          static_cast<long long>(batch * dp), static_cast<long long>(batch), text.train.size(),
+          static_cast<long long>(per_replica * dp), static_cast<long long>(per_replica), text.train.size(),
           text.val.size(), unigram,
           start_step > 0 ? (", resumed at step " + std::to_string(start_step)).c_str() : "");
+    if (world.is_main() && (grad_accum > 1 || config.recompute != "none"))
+      std::printf("memory: %lld micro-batch%s of %lld sequences per step (--grad-accum), --recompute %s\n",
+                  static_cast<long long>(grad_accum), grad_accum > 1 ? "es" : "", static_cast<long long>(batch),
+                  config.recompute.c_str());
     if (world.is_main() && !config.gpt2())
       std::printf("blocks: --norm %s --pos %s --mlp %s --kv-heads %lld\n", config.norm.c_str(),
                   config.pos.c_str(), config.mlp.c_str(),
@@ -531,8 +587,8 @@ int main(int argc, char** argv) {
     // context parallelism its shard of each sequence (and of the positions).
     // `body` runs inside the guard, where every attention is ring attention.
     auto on_my_part = [&](rg::Tensor tokens, rg::Tensor targets, const auto& body) {
-      tokens = tokens.narrow(0, replica * batch, batch).contiguous();
-      targets = targets.narrow(0, replica * batch, batch).contiguous();
+      tokens = tokens.narrow(0, replica * per_replica, per_replica).contiguous();
+      targets = targets.narrow(0, replica * per_replica, per_replica).contiguous();
       if (cp == 1) return body(tokens, targets);
       auto guard = par::context_parallel(mesh.group("cp"), {&tokens, &targets, &model.positions},
                                          /*seq_dims=*/{1}, {.causal = true});
@@ -544,10 +600,11 @@ int main(int argc, char** argv) {
       everyone.all_reduce(t, par::Reduce::Avg);
       return t.item();
     };
-    // Validation: the same eval_batches x (batch·dp) windows every time, evenly spread.
+    // Validation: the same eval_batches x (batch·grad_accum·dp) windows every time, evenly
+    // spread (so --batch-size 8 --grad-accum 2 is evaluated on --batch-size 16's windows).
     auto validation_loss = [&] {
       rg::NoGradGuard no_grad;
-      const size_t rows = static_cast<size_t>(batch * dp), n = static_cast<size_t>(eval_batches) * rows;
+      const size_t rows = static_cast<size_t>(per_replica * dp), n = static_cast<size_t>(eval_batches) * rows;
       const size_t span = text.val.size() - static_cast<size_t>(config.seq) - 1;
       double sum = 0;
       for (int64_t b = 0; b < eval_batches; ++b) {
@@ -564,7 +621,7 @@ int main(int argc, char** argv) {
     const int64_t end = ckpt.max_steps > 0 ? std::min(ckpt.max_steps, steps) : steps;
     double seconds = 0, train_loss = 0, window_loss = 0;
     int64_t window_steps = 0, timed_tokens = 0;
-    const int64_t tokens_per_step = batch * dp * config.seq;
+    const int64_t tokens_per_step = per_replica * dp * config.seq;
     // Rank 0's bar (its lines above it) and JSON lines; a resumed run appends to the log.
     ProgressBar bar(world.is_main(), /*plain_lines=*/0);  // the loss lines say how far it is
     bar.start("gpt", steps, start_step, double(tokens_per_step), "tokens");
@@ -578,7 +635,7 @@ int main(int argc, char** argv) {
       // The step's batch, the same on every rank: dp · batch random windows.
       std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(step));
       std::uniform_int_distribution<size_t> pick(0, text.train.size() - static_cast<size_t>(config.seq) - 1);
-      std::vector<size_t> starts(static_cast<size_t>(batch * dp));
+      std::vector<size_t> starts(static_cast<size_t>(per_replica * dp));
       for (size_t& s : starts) s = pick(rng);
       auto [x, y] = windows(text.train, starts, config.seq);
 
@@ -603,7 +660,7 @@ int main(int argc, char** argv) {
                      trainer.pipeline ? trainer.stage->parameters() : model.parameters(), sent);
       }
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (step > start_step) seconds += elapsed, timed_tokens += batch * dp * config.seq;  // not the first: warm-up
+      if (step > start_step) seconds += elapsed, timed_tokens += tokens_per_step;  // not the first: warm-up
       if (traced) {
         std::string where = par::stop_trace(world, trace_path);
         bar.message("trace of step " + std::to_string(step + 1) + " written to " + where);
@@ -638,6 +695,9 @@ int main(int argc, char** argv) {
       bar.update(step + 1);
     }
     bar.close();
+    // Training's tensor memory: the most any rank held at once (rg::memory_stats), in MB.
+    rg::Tensor peak = rg::full({1}, double(rg::memory_stats().peak_bytes) / 1e6, {.dtype = rg::kFloat64});
+    world.communicator().all_reduce(peak, par::Reduce::Max);
     const double val = validation_loss();
 
     // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy.
@@ -667,10 +727,10 @@ int main(int argc, char** argv) {
     }
     if (world.is_main())
       std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d tp=%d pp=%d val_loss=%.4f "
-                  "unigram_loss=%.4f tokens_per_s=%.0f precision=%s comm_hook=%s\n",
+                  "unigram_loss=%.4f tokens_per_s=%.0f precision=%s comm_hook=%s recompute=%s peak_mb=%.2f\n",
                   world.size(), strategy.c_str(), dp, cp, tp, pp, val, unigram,
                   seconds > 0 ? double(timed_tokens) / seconds : 0.0, precision.name.c_str(),
-                  comm_hook.name.c_str());
+                  comm_hook.name.c_str(), config.recompute.c_str(), peak.item());
     return 0;
   });
 }

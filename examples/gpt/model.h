@@ -15,6 +15,8 @@
 
 #include <ringgrad/ringgrad.h>
 
+#include <ringgrad/nn/checkpoint.h>
+
 #include <memory>
 #include <string>
 
@@ -31,10 +33,42 @@ struct GPTConfig {
   std::string pos = "learned";     // or rope: rotary embeddings on q and k, no wpe
   std::string mlp = "gelu";        // or swiglu: w2(silu(w1 x) · w3 x), hidden ≈ 8/3 d_model
   int64_t kv_heads = 0;            // grouped-query attention: K/V heads (0: --heads)
+  // What each block keeps for backward (activation recomputation, nn/checkpoint.h):
+  //   none       everything its ops save: about 16·B·T·E numbers a block. The fused attention
+  //              already recomputes its T×T scores in backward instead of keeping them
+  //              (Megatron's "selective recomputation" of the core attention, built in).
+  //   selective  the MLP half recomputed in backward from its input: the hidden layer before
+  //              and after GELU and the second norm's output (9·B·T·E) are not kept, for one
+  //              more pass of the MLP's two GEMMs; attention's tensors, whose recomputation
+  //              costs O(T²), are kept (7·B·T·E).
+  //   full       the whole block recomputed from its input: one B·T·E tensor a block kept,
+  //              for one more forward of every block (about a third more compute).
+  std::string recompute = "none";
   bool gpt2() const {
     return norm == "layernorm" && pos == "learned" && mlp == "gelu" && (kv_heads == 0 || kv_heads == heads);
   }
 };
+
+// A pre-norm block's forward, y = x + attention_half(x), then y + mlp_half(y), with what it
+// keeps for backward chosen by `recompute` (GPTConfig::recompute). Block and the
+// tensor-parallel ParallelBlock (gpt/parallel.h) both run through here.
+template <typename Attention, typename MLP>
+rg::Tensor block_forward(const std::string& recompute, const rg::Tensor& x, Attention attention_half,
+                         MLP mlp_half) {
+  // Copies of the halves (they capture only their module), kept by a checkpoint for backward.
+  auto both = [attention_half, mlp_half](const rg::Tensor& in) {
+    rg::Tensor y = in + attention_half(in);
+    return y + mlp_half(y);
+  };
+  if (recompute == "full")
+    return rg::nn::checkpoint([both](const std::vector<rg::Tensor>& in) { return both(in[0]); }, {x});
+  if (recompute == "selective") {
+    rg::Tensor y = x + attention_half(x);
+    return rg::nn::checkpoint([mlp_half](const std::vector<rg::Tensor>& in) { return in[0] + mlp_half(in[0]); },
+                              {y});
+  }
+  return both(x);
+}
 
 std::shared_ptr<rg::nn::Module> make_norm(const GPTConfig& c) {
   if (c.norm == "rmsnorm") return std::make_shared<rg::nn::RMSNorm>(c.d_model);
@@ -49,7 +83,7 @@ class Block : public rg::nn::Module {
   Block(const GPTConfig& c, const rg::Tensor* positions)
       : d_model(c.d_model), ln1(make_norm(c)), ln2(make_norm(c)),
         attn(c.d_model, c.heads, {.batch_first = true, .kv_heads = c.kv_heads, .rotary = c.pos == "rope"}),
-        positions_(positions), rope_(c.pos == "rope") {
+        recompute(c.recompute), positions_(positions), rope_(c.pos == "rope") {
     if (c.mlp == "swiglu") {
       const int64_t hidden = (8 * c.d_model / 3 + 7) / 8 * 8;  // Llama's 2/3 of 4·d, rounded up to 8
       mlp = std::make_shared<rg::nn::SwiGLU>(c.d_model, hidden);
@@ -68,12 +102,17 @@ class Block : public rg::nn::Module {
     }
   }
   rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor h = (*ln1)(x);
-    rg::nn::AttentionMasks masks{.is_causal = true};
-    if (rope_) masks.positions = positions_->narrow(1, 0, x.size(1));  // global positions
-    rg::Tensor y = x + attn(h, h, h, masks);  // ring attention under context_parallel
-    rg::Tensor z = (*ln2)(y);
-    return y + (mlp ? (*mlp)(z) : (*proj)(fc_gelu(z)));
+    auto attention_half = [this](const rg::Tensor& in) {
+      rg::Tensor h = (*ln1)(in);
+      rg::nn::AttentionMasks masks{.is_causal = true};
+      if (rope_) masks.positions = positions_->narrow(1, 0, in.size(1));  // global positions
+      return attn(h, h, h, masks);  // ring attention under context_parallel
+    };
+    auto mlp_half = [this](const rg::Tensor& y) {
+      rg::Tensor z = (*ln2)(y);
+      return mlp ? (*mlp)(z) : (*proj)(fc_gelu(z));
+    };
+    return block_forward(recompute, x, attention_half, mlp_half);
   }
   // gelu(fc(z)) as one op, GELU applied inside fc's GEMM (nn::linear_gelu); through fc's
   // call() so that traces show fc, and not where fc has hooks (they must see fc's output).
@@ -87,6 +126,7 @@ class Block : public rg::nn::Module {
   rg::nn::MultiheadAttention attn;
   std::shared_ptr<rg::nn::Linear> fc, proj;  // the GELU MLP, or
   std::shared_ptr<rg::nn::SwiGLU> mlp;       // the SwiGLU one
+  std::string recompute;                     // GPTConfig::recompute
 
  private:
   const rg::Tensor* positions_;

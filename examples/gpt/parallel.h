@@ -24,7 +24,7 @@ class ParallelBlock : public rg::nn::Module {
   ParallelBlock(const Block& plain, par::Communicator& tp)
       : ln1(plain.d_model), ln2(plain.d_model),
         attn(plain.attn, tp, /*causal=*/true), fc(*plain.fc, tp),
-        proj(*plain.proj, tp, {.input_is_parallel = true}) {
+        proj(*plain.proj, tp, {.input_is_parallel = true}), recompute(plain.recompute) {
     ln1.load_state_dict(plain.ln1->state_dict());
     ln2.load_state_dict(plain.ln2->state_dict());
     register_module("ln1", ln1);
@@ -34,14 +34,16 @@ class ParallelBlock : public rg::nn::Module {
     register_module("proj", proj);
   }
   rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor y = x + attn(ln1(x));
-    return y + proj(rg::gelu(fc(ln2(y))));
+    return block_forward(
+        recompute, x, [this](const rg::Tensor& in) { return attn(ln1(in)); },
+        [this](const rg::Tensor& y) { return proj(rg::gelu(fc(ln2(y)))); });
   }
 
   rg::nn::LayerNorm ln1, ln2;
   par::ParallelSelfAttention attn;
   par::ColumnParallelLinear fc;
   par::RowParallelLinear proj;
+  std::string recompute;  // GPTConfig::recompute
 };
 
 // Pipeline stage s of p over a tp group, built from the whole GPT: blocks
