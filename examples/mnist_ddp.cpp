@@ -11,6 +11,10 @@
 // summed (examples/metrics.h) — the same number one process evaluating all of it prints.
 // Ends with: RESULT example=mnist_ddp world=N test_acc=… samples_per_s=… (global) precision=P
 //
+// --grad-accum N: each rank takes each step's N·--batch-size samples in N micro-batches of
+// --batch-size (simple_model.h), and only the last backward all-reduces (ddp.no_sync()
+// around the others): the run of --batch-size N·B, one micro-batch's activations at a time.
+//
 // --precision bf16|fp16: PyTorch's AMP recipe (examples/precision.h): forward and loss under
 // rg::autocast, backward and the step outside it; the float32 parameters are the master
 // weights, so DDP all-reduces float32 gradients. fp16 adds a GradScaler; DDP's averaged
@@ -47,6 +51,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +90,9 @@ int main(int argc, char** argv) {
   precision.add_options(app);
   CommHookOption comm_hook;  // --comm-hook none|bf16|fp16 (precision.h)
   comm_hook.add_options(app);
+  int64_t grad_accum = 1;
+  app.add_option("--grad-accum", grad_accum, "micro-batches of --batch-size per step, gradients summed")
+      ->check(CLI::PositiveNumber);
   if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return rg::parallel::main_guard(world, [&] {
@@ -100,7 +108,8 @@ int main(int argc, char** argv) {
         "the data (" + recipe.data_dir + ")");
     rg::data::DistributedSampler sampler(train.size(), world.size(), world.rank(),
                                          {.seed = recipe.seed});
-    rg::data::DataLoader loader(train, {.batch_size = recipe.batch_size, .sampler = &sampler});
+    const int64_t step_batch = recipe.batch_size * grad_accum;  // a step's samples on each rank
+    rg::data::DataLoader loader(train, {.batch_size = step_batch, .sampler = &sampler});
 
     SimpleModel model;
     model.to(device);
@@ -112,7 +121,7 @@ int main(int argc, char** argv) {
     rg::optim::Adam opt(model.parameters(), {.lr = recipe.lr});
     rg::optim::GradScaler scaler({.enabled = precision.scaled()});  // fp16 only
     // What defines this run: a checkpoint resumes only under the same settings.
-    std::map<std::string, std::string> run{{"batch_size", std::to_string(recipe.batch_size)},
+    std::map<std::string, std::string> run{{"batch_size", std::to_string(step_batch)},
                                            {"lr", std::to_string(recipe.lr)},
                                            {"seed", std::to_string(recipe.seed)}};
     if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
@@ -126,8 +135,8 @@ int main(int argc, char** argv) {
       std::printf(
           "world %d, per-rank batch %lld (global %lld), %lld steps per epoch, %zu gradient "
           "bucket(s), device %s, backend %s%s\n",
-          world.size(), static_cast<long long>(recipe.batch_size),
-          static_cast<long long>(recipe.batch_size * world.size()),
+          world.size(), static_cast<long long>(step_batch),
+          static_cast<long long>(step_batch * world.size()),
           static_cast<long long>(loader.size()),
           ddp.num_buckets(), device.str().c_str(), world.communicator().backend_name().c_str(),
           precision.mixed() || comm_hook.name != "none"
@@ -175,22 +184,29 @@ int main(int argc, char** argv) {
       int64_t batch = first;
       loss_meter.new_epoch();
       bar.start("Epoch " + std::to_string(epoch + 1) + "/" + std::to_string(recipe.epochs), per_epoch,
-                first, static_cast<double>(recipe.batch_size * world.size()), "samples");
+                first, static_cast<double>(step_batch * world.size()), "samples");
       for (auto& [x, y] : loader.starting_at(first)) {
         if (!trace_path.empty() && step == trace_first)
           rg::trace::start(trace_path, world.rank(), world.size());
         {
           rg::trace::Span span(rg::trace::enabled() ? "step " + std::to_string(step) : "", "step");
           opt.zero_grad();
-          rg::Tensor loss;
-          {
-            rg::autocast amp(device, precision.dtype(), precision.mixed());  // off for fp32
-            loss = rg::nn::cross_entropy(ddp(x.to(device)), y.to(device));
-          }
-          scaler.scale(loss).backward();  // buckets are all-reduced while this runs
-          scaler.step(opt);               // fp32/bf16: opt.step(); fp16: unless inf/NaN
+          double loss = 0;  // this rank's mean over the step's samples
+          for_each_micro_batch(x, y, recipe.batch_size,
+                               [&](const rg::Tensor& xs, const rg::Tensor& ys, double share, bool last) {
+            std::optional<rg::parallel::DistributedDataParallel::NoSync> quiet;
+            if (!last) quiet.emplace(ddp);  // accumulate only: the last backward all-reduces the sum
+            rg::Tensor part;
+            {
+              rg::autocast amp(device, precision.dtype(), precision.mixed());  // off for fp32
+              part = rg::nn::cross_entropy(ddp(xs.to(device)), ys.to(device));
+            }
+            scaler.scale(part * share).backward();  // buckets are all-reduced while the last runs
+            loss += share * part.item();
+          });
+          scaler.step(opt);  // fp32/bf16: opt.step(); fp16: unless inf/NaN
           scaler.update();
-          loss_meter.add(loss.item());
+          loss_meter.add(loss);
         }
         samples += x.size(0) * world.size();
         if (++step == trace_end) finish_trace();

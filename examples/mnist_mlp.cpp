@@ -8,8 +8,11 @@
 //                       [--threads N] [--data DIR] [--device cpu|cuda|auto]
 //                       [--save PATH [--save-every N]] [--resume PATH] [--max-steps N]
 //                       [--trace FILE.json [--trace-steps 20]] [--log FILE.jsonl [--log-every 50]]
-//                       [--precision fp32|bf16|fp16]
+//                       [--precision fp32|bf16|fp16] [--grad-accum N]
 //
+// --grad-accum N takes each step's N·--batch-size samples in N micro-batches of
+// --batch-size, their gradients summed (simple_model.h): the run of --batch-size N·B with
+// one micro-batch's activations alive at a time.
 // --precision bf16|fp16 trains with PyTorch's AMP recipe (examples/precision.h): forward
 // and loss under rg::autocast (the linears in 16 bits, the loss in float32), the float32
 // parameters as master weights; fp16 adds a GradScaler. The test accuracy is evaluated under
@@ -62,6 +65,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   LogOptions log_options{.every = 50};  // --log FILE.jsonl --log-every N (metrics_log.h)
   log_options.add_options(app);
+  int64_t grad_accum = 1;
+  app.add_option("--grad-accum", grad_accum, "micro-batches of --batch-size per step, gradients summed")
+      ->check(CLI::PositiveNumber);
   Precision precision;  // --precision fp32|bf16|fp16 (precision.h)
   precision.add_options(app);
   CLI11_PARSE(app, argc, argv);
@@ -72,7 +78,7 @@ int main(int argc, char** argv) {
     rg::manual_seed(seed);
     rg::data::MNIST train(data_dir, rg::data::Split::Train);
     rg::data::MNIST test(data_dir, rg::data::Split::Test);
-    rg::data::DataLoader loader(train, {.batch_size = batch_size,
+    rg::data::DataLoader loader(train, {.batch_size = batch_size * grad_accum,  // a step's samples
                                         .shuffle = true,
                                         .seed = seed,
                                         .pin_memory = rg::Device::resolve(device_name).is_cuda()});
@@ -83,7 +89,7 @@ int main(int argc, char** argv) {
     rg::optim::Adam opt(model.parameters(), {.lr = lr});
     rg::optim::GradScaler scaler({.enabled = precision.scaled()});  // fp16 only
     // What defines this run: a checkpoint resumes only under the same settings.
-    std::map<std::string, std::string> run{{"batch_size", std::to_string(batch_size)},
+    std::map<std::string, std::string> run{{"batch_size", std::to_string(batch_size * grad_accum)},
                                            {"lr", std::to_string(lr)},
                                            {"seed", std::to_string(seed)}};
     if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
@@ -135,22 +141,26 @@ int main(int argc, char** argv) {
       int64_t step = first;  // batches of this epoch taken
       loss_meter.new_epoch();
       bar.start("Epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), steps, first,
-                static_cast<double>(batch_size), "samples");
+                static_cast<double>(batch_size * grad_accum), "samples");
       for (auto& [x, y] : loader.starting_at(first)) {
         if (!trace_path.empty() && global_step == trace_first) rg::trace::start(trace_path);
         {
           rg::trace::Span span(rg::trace::enabled() ? "step " + std::to_string(global_step) : "",
                                "step");
           opt.zero_grad();
-          rg::Tensor loss;
-          {
-            rg::autocast amp(device, precision.dtype(), precision.mixed());  // off for fp32
-            loss = rg::nn::cross_entropy(model(x.to(device)), y.to(device));
-          }
-          scaler.scale(loss).backward();  // fp32/bf16: loss.backward()
-          scaler.step(opt);               // fp32/bf16: opt.step()
+          double loss = 0;  // the step's mean over its samples
+          for_each_micro_batch(x, y, batch_size, [&](const rg::Tensor& xs, const rg::Tensor& ys, double share, bool) {
+            rg::Tensor part;
+            {
+              rg::autocast amp(device, precision.dtype(), precision.mixed());  // off for fp32
+              part = rg::nn::cross_entropy(model(xs.to(device)), ys.to(device));
+            }
+            scaler.scale(part * share).backward();  // fp32/bf16: (share · loss).backward()
+            loss += share * part.item();
+          });
+          scaler.step(opt);  // fp32/bf16: opt.step()
           scaler.update();
-          loss_meter.add(loss.item());
+          loss_meter.add(loss);
         }
         samples += x.size(0);
         if (++global_step == trace_end) finish_trace();

@@ -10,6 +10,7 @@
 #include <ringgrad/ringgrad.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,21 @@ struct SimpleModel : ringgrad::nn::Module {
     return fc2(ringgrad::relu(fc1(x.flatten(1))));
   }
 };
+
+// --grad-accum N (mnist_mlp, mnist_ddp): each step takes --batch-size × N samples (the batch
+// that --batch-size N·B takes) in micro-batches of --batch-size, calling
+// body(x_k, y_k, weight_k, last) for each: weight_k is the micro-batch's share of the
+// batch's samples, so Σ weight_k · loss_k is the whole batch's mean loss and the gradients
+// of the weighted losses add up to its gradient (an epoch's short last batch too).
+// `last` says which backward should communicate (DDP's no_sync() around the others).
+template <typename Body>
+void for_each_micro_batch(const ringgrad::Tensor& x, const ringgrad::Tensor& y, int64_t size, Body&& body) {
+  const int64_t rows = x.size(0);
+  for (int64_t first = 0; first < rows; first += size) {
+    const int64_t n = std::min(size, rows - first);
+    body(x.narrow(0, first, n), y.narrow(0, first, n), double(n) / double(rows), first + n >= rows);
+  }
+}
 
 // The training recipe, and its command-line options (--data --epochs --batch-size --lr --seed).
 struct MnistRecipe {
