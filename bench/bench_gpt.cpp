@@ -18,8 +18,16 @@
 // the rate this machine's float32 GEMM reaches with the same threads (rg::matmul, the
 // fastest of three large products: gemm_rate below), measured in this run.
 //
+// Memory (bench/bench_memory.sh runs the comparisons): --recompute none|selective|full
+// (GPTConfig in examples/gpt/model.h) and --grad-accum N (each rank's rows of a step in N
+// micro-batches, DDP's all-reduce on the last only) change what a step keeps alive.
+// state_mb is what lives between steps (parameters and AdamW's state; the gradients are
+// freed by zero_grad), peak_tensor_mb the most tensor memory held during the timed steps,
+// and activation_mb = peak_tensor_mb − state_mb: what the step itself adds at its peak
+// (the saved activations, the gradients as backward makes them, temporaries).
+//
 // Prints (rank 0): RESULT bench=gpt world=N threads=N tokens_per_s=… (all ranks') ms_per_step=… mfu=… model_gflops=…
-//         gemm_gflops=… params=… peak_tensor_mb=…
+//         gemm_gflops=… params=… … recompute=… grad_accum=… state_mb=… activation_mb=… peak_tensor_mb=…
 #include <ringgrad/parallel/ddp.h>
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/ringgrad.h>
@@ -29,6 +37,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "../examples/gpt/budget.h"
@@ -80,12 +89,17 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--seq", config.seq, "context length")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", batch, "sequences per step")->check(CLI::PositiveNumber);
+  int64_t accumulation = 1;
+  app.add_option("--grad-accum", accumulation, "micro-batches per step on each rank")->check(CLI::PositiveNumber);
+  app.add_option("--recompute", config.recompute, "none, selective (each block's MLP) or full (each block)")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
   CLI11_PARSE(app, argc, argv);
   return rg::parallel::main_guard(world, [&] {
     RG_CHECK(config.d_model % config.heads == 0, "bench_gpt", "expected --heads dividing --d-model ",
              config.d_model, ", got ", config.heads);
-    RG_CHECK(batch % world.size() == 0, "bench_gpt", "expected --batch-size divisible by the world size ",
-             world.size(), ", got ", batch);
+    RG_CHECK(batch % (world.size() * accumulation) == 0, "bench_gpt",
+             "expected --batch-size divisible by the world size x --grad-accum ", world.size() * accumulation,
+             ", got ", batch);
     rg::set_num_threads(threads);
     const double gemm = gemm_rate();  // one rank's: MFU is per rank, over its share of the tokens
     const int64_t local = batch / world.size();
@@ -100,13 +114,22 @@ int main(int argc, char** argv) {
       rg::Tensor tokens = rg::randint(0, gpt::GPTConfig::vocab, {local, config.seq}, &data);
       rg::Tensor targets = rg::randint(0, gpt::GPTConfig::vocab, {local, config.seq}, &data);
       opt.zero_grad();
-      rg::Tensor logits = ddp ? (*ddp)(tokens) : model(tokens);  // (B/N, T, 256)
-      rg::nn::cross_entropy(logits.reshape({-1, gpt::GPTConfig::vocab}), targets.reshape({-1}))
-          .backward();
+      const int64_t rows = local / accumulation;
+      for (int64_t k = 0; k < accumulation; ++k) {
+        std::optional<rg::parallel::DistributedDataParallel::NoSync> quiet;
+        if (ddp && k + 1 < accumulation) quiet.emplace(*ddp);  // all-reduce after the last only
+        rg::Tensor x = tokens.narrow(0, k * rows, rows), y = targets.narrow(0, k * rows, rows);
+        rg::Tensor logits = ddp ? (*ddp)(x) : model(x);  // (B/N/accumulation, T, 256)
+        (rg::nn::cross_entropy(logits.reshape({-1, gpt::GPTConfig::vocab}), y.reshape({-1})) *
+         (1.0 / double(accumulation)))
+            .backward();
+      }
       rg::optim::clip_grad_norm(model.parameters(), 1.0);
       opt.step();
     };
     for (int i = 0; i < warmup; ++i) step();
+    opt.zero_grad();  // the gradients freed: what lives between steps
+    const int64_t state = rg::memory_stats().live_bytes;
     rg::reset_peak_memory();
     world.communicator().barrier();  // start the clock together
     auto start = std::chrono::steady_clock::now();
@@ -121,11 +144,13 @@ int main(int argc, char** argv) {
       std::printf(
         "RESULT bench=gpt world=%d threads=%d tokens_per_s=%.0f ms_per_step=%.1f mfu=%.3f model_gflops=%.1f "
         "gemm_gflops=%.1f params=%lld layers=%lld d_model=%lld seq=%lld batch=%lld "
-        "peak_tensor_mb=%.1f\n",
+        "recompute=%s grad_accum=%lld state_mb=%.1f activation_mb=%.1f peak_tensor_mb=%.1f\n",
         world.size(), threads, tokens_per_s, 1e3 * seconds / steps, flops / gemm, flops / 1e9, gemm / 1e9,
         static_cast<long long>(model.num_parameters()), static_cast<long long>(config.layers),
         static_cast<long long>(config.d_model), static_cast<long long>(config.seq),
-        static_cast<long long>(batch), double(rg::memory_stats().peak_bytes) / 1e6);
+        static_cast<long long>(batch), config.recompute.c_str(), static_cast<long long>(accumulation),
+        double(state) / 1e6, double(rg::memory_stats().peak_bytes - state) / 1e6,
+        double(rg::memory_stats().peak_bytes) / 1e6);
     return 0;
   });
 }
