@@ -221,9 +221,6 @@ std::pair<double, double> speed(par::Communicator& comm, int64_t layers, int64_t
 }  // namespace
 
 int main(int argc, char** argv) {
-  // DDP's buckets in ordinary memory, which memory_stats counts (shared-memory
-  // buckets are mapped, not allocated, and would not show). Every rank sets it alike.
-  setenv("RINGGRAD_SHM_ALLREDUCE", "0", /*overwrite=*/0);
   par::World world(argc, argv);
   CLI::App app{"Per-rank memory of the training state: DDP, ZeRO-1, ZeRO-2, FSDP"};
   int64_t layers = 6, d_model = 512, batch = 4, seq = 64;

@@ -92,6 +92,13 @@ Storage::~Storage() {
   counters(device_).live.fetch_sub(static_cast<int64_t>(nbytes_));
 }
 
+void count_mapped_memory(Device device, int64_t bytes) {
+  if (bytes >= 0)
+    count_live(device, static_cast<size_t>(bytes));
+  else
+    counters(device).live.fetch_add(bytes);
+}
+
 MemoryStats memory_stats(Device device) {
   Counters& c = counters(device);
   return {c.live.load(), c.peak.load(), c.allocations.load()};

@@ -62,6 +62,10 @@ struct MemoryStats {
 
 // Counters per device type (all CPU storages together, all CUDA storages together).
 MemoryStats memory_stats(Device device = Device::cpu());
+// Memory this library maps outside the allocator and hands out through from_blob (a
+// communicator's shared-memory buckets): counted in memory_stats as ordinary storage is,
+// `bytes` added when it is mapped and taken off (negative) when it goes.
+void count_mapped_memory(Device device, int64_t bytes);
 void reset_peak_memory(Device device = Device::cpu());
 // Give the allocator's cached free blocks back to the system (like torch.cuda.empty_cache;
 // on the CPU, cached pinned blocks too).

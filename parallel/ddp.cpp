@@ -38,6 +38,7 @@ struct Bucket {
   std::vector<int64_t> offsets;  // where each parameter's gradient starts in `flat`
   Tensor flat;                   // all the bucket's gradients, one after another
   Tensor wire;                   // what the all-reduce moves: flat, or its 16-bit twin (a hook)
+  int64_t numel = 0;             // gradients it holds (flat and wire are empty in a world of one)
   size_t pending = 0;            // gradients still missing in this backward
   WorkHandle work;               // the all-reduce in flight, if launched
 };
@@ -246,6 +247,12 @@ void build_buckets(DistributedDataParallel::State& s, nn::Module& module, Commun
     const Tensor& last = s.params[b.params.back()];
     int64_t numel = b.offsets.back() + last.numel();
     const DType wire = wire_dtype(last.dtype(), options.comm_hook);
+    b.numel = numel;
+    if (s.single) {  // nothing to average or send: no memory, only the bucket's layout and dtypes
+      b.flat = empty({0}, {.dtype = last.dtype(), .device = last.device()});
+      b.wire = wire == last.dtype() ? b.flat : empty({0}, {.dtype = wire, .device = last.device()});
+      continue;
+    }
     // Symmetric memory for what the all-reduce moves: on one host, it reads the
     // peers' buckets directly (Communicator::symmetric_empty); elsewhere ordinary
     // memory. Every rank builds the same buckets in the same order, as that requires.
@@ -306,7 +313,7 @@ DistributedDataParallel::BucketInfo DistributedDataParallel::bucket_info(size_t 
   RG_CHECK(i < state_->buckets.size(), "bucket_info", "expected a bucket below ",
            state_->buckets.size(), ", got ", i);
   const Bucket& b = state_->buckets[i];
-  return {b.flat.dtype(), b.wire.dtype(), static_cast<int64_t>(b.wire.nbytes())};
+  return {b.flat.dtype(), b.wire.dtype(), b.numel * static_cast<int64_t>(element_size(b.wire.dtype()))};
 }
 
 int64_t DistributedDataParallel::allreduce_bytes() const { return state_->allreduce_bytes; }

@@ -196,10 +196,16 @@ class MpiCommunicator : public Communicator {
     })->wait();
     if (!buffer) return empty(shape, options);
     symmetric_->add(buffer);
-    // The tensor owns the mapping; when it goes, so does the registry entry.
+    // The tensor owns the mapping; when it goes, so does the registry entry. Its bytes
+    // count in memory_stats like any storage's: this rank holds them.
+    count_mapped_memory(Device::cpu(), static_cast<int64_t>(nbytes));
     return from_blob(
         buffer->data(), shape,
-        [buffer, registry = symmetric_](void* data) { registry->remove(data); }, options);
+        [buffer, registry = symmetric_, nbytes](void* data) {
+          registry->remove(data);
+          count_mapped_memory(Device::cpu(), -static_cast<int64_t>(nbytes));
+        },
+        options);
   }
 
   // Straight from the caller's thread, not through the queue: the

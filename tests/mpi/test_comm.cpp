@@ -276,18 +276,27 @@ void test_symmetric_all_reduce(rg::parallel::Communicator& comm) {
     for (int64_t n : {1, 7, 1000, 100003}) {
       std::string name = std::to_string(n) + " " + rg::dtype_name(dtype);
       comm.barrier();  // earlier operations have let go of their tensors
-      int64_t live = rg::memory_stats().live_bytes;
+      const rg::MemoryStats before = rg::memory_stats();
       rg::Tensor t = comm.symmetric_empty({n}, {.dtype = dtype});
       check(t.shape() == rg::Shape{n} && t.dtype() == dtype && t.is_contiguous(),
             "symmetric_empty shape and dtype " + name);
-      // Shared memory is not ours to count. (Other threads may free a little
-      // meanwhile; an ordinary allocation would add all n elements.) Without
-      // /dev/shm, or with it turned off, it is ordinary memory.
+      // Shared memory is mapped by the communicator, not made by the allocator: no
+      // allocation is counted, but its bytes are this rank's, in memory_stats' live bytes
+      // as any storage's (at least n elements: other threads may allocate meanwhile).
+      // Without /dev/shm, or with it turned off, it is ordinary memory.
       const char* off = std::getenv("RINGGRAD_SHM_ALLREDUCE");
       if (N > 1 && n >= 1000 && std::filesystem::is_directory("/dev/shm") &&
-          !(off && std::string(off) == "0"))
-        check(rg::memory_stats().live_bytes < live + n * int64_t(rg::element_size(dtype)),
-              "symmetric_empty in shared memory " + name);
+          !(off && std::string(off) == "0")) {
+        const rg::MemoryStats after = rg::memory_stats();
+        check(after.allocations == before.allocations, "symmetric_empty in shared memory " + name);
+        check(after.live_bytes >= before.live_bytes + n * int64_t(rg::element_size(dtype)),
+              "symmetric_empty's bytes counted as live " + name);
+        const int64_t held = after.live_bytes;
+        t = rg::Tensor();  // unmapped: its bytes leave the count
+        check(rg::memory_stats().live_bytes <= held - n * int64_t(rg::element_size(dtype)),
+              "symmetric_empty's bytes uncounted when it goes " + name);
+        t = comm.symmetric_empty({n}, {.dtype = dtype});
+      }
       for (int round = 0; round < 3; ++round) {
         for (Reduce op : {Reduce::Sum, Reduce::Max, Reduce::Avg}) {
           if (op == Reduce::Avg && dtype == rg::kInt64) continue;
