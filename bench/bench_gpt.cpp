@@ -16,7 +16,7 @@
 // MFU (model FLOPs utilisation): the model's training FLOPs per token
 // (gpt::train_flops_per_token, examples/gpt/budget.h: nanoGPT's count) × tokens/s, over
 // the rate this machine's float32 GEMM reaches with the same threads (rg::matmul, the
-// fastest of three large products: gemm_rate below), measured in this run.
+// fastest of three large products: examples/mfu.h), measured in this run.
 //
 // Memory (bench/bench_memory.sh runs the comparisons): --recompute none|selective|full
 // (GPTConfig in examples/gpt/model.h) and --grad-accum N (each rank's rows of a step in N
@@ -42,6 +42,7 @@
 
 #include "../examples/gpt/budget.h"
 #include "../examples/gpt/model.h"
+#include "../examples/mfu.h"  // the yardstick: this machine's GEMM rate
 
 namespace rg = ringgrad;
 
@@ -49,26 +50,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// This machine's float32 GEMM rate (FLOP/s) on the current threads: the fastest of three
-// large products (1024 x 1024 x 1024, and twice as long in m or in n), each the best of 5.
-// Three shapes, not one: on some CPUs one shape meets a slow path of the GEMM library
-// (oneDNN 2.6 at 1024³ on two threads of an AMD EPYC: 70 GFLOP/s where 2048 x 1024 x 1024
-// runs at 170), and MFU's yardstick is what the machine can do, not one shape's accident.
-double gemm_rate() {
-  double best = 0;
-  for (auto [m, n] : {std::pair<int64_t, int64_t>{1024, 1024}, {2048, 1024}, {1024, 2048}}) {
-    const int64_t k = 1024;
-    rg::Tensor a = rg::randn({m, k}), b = rg::randn({k, n});
-    rg::Tensor c = rg::matmul(a, b);  // warm-up: the GEMM engine, the thread pool
-    for (int i = 0; i < 5; ++i) {
-      auto start = std::chrono::steady_clock::now();
-      c = rg::matmul(a, b);
-      best = std::max(best, 2.0 * double(m * n * k) / seconds_since(start));
-    }
-  }
-  return best;
 }
 
 }  // namespace
@@ -101,7 +82,7 @@ int main(int argc, char** argv) {
              "expected --batch-size divisible by the world size x --grad-accum ", world.size() * accumulation,
              ", got ", batch);
     rg::set_num_threads(threads);
-    const double gemm = gemm_rate();  // one rank's: MFU is per rank, over its share of the tokens
+    const double gemm = mfu::rank_peak_flops(world);  // one rank's: MFU is per rank, over its share
     const int64_t local = batch / world.size();
 
     rg::manual_seed(0);

@@ -26,7 +26,8 @@
 // Each epoch prints the training loss averaged over every rank, and the test accuracy,
 // each rank evaluating 1/N of the test set; --log FILE.jsonl [--log-every 50] writes them
 // as JSON lines (the reporting lives in examples/epoch_report.h).
-// Ends with: RESULT example=ddp_from_scratch world=N test_acc=… samples_per_s=…
+// Ends with: RESULT example=ddp_from_scratch world=N test_acc=… samples_per_s=… model_gflops=…
+// mfu=… gemm_gflops=… (examples/mfu.h)
 #include <ringgrad/data/distributed_sampler.h>
 #include <ringgrad/parallel/ring_allreduce.h>
 #include <ringgrad/parallel/world.h>
@@ -37,6 +38,7 @@
 
 #include "epoch_report.h"
 #include "metrics.h"
+#include "mfu.h"
 #include "parse_on_every_rank.h"
 #include "simple_model.h"
 
@@ -92,6 +94,10 @@ int main(int argc, char** argv) {
       test_acc = accuracy(model, test, rg::kCPU, &comm);
       report.end_epoch(epoch, test_acc, recipe.lr);
     }
+    // MFU (mfu.h): each rank's share of 6 FLOPs per parameter per sample, over one rank's
+    // measured GEMM rate (a collective: every rank calls it).
+    const double flops = 6.0 * double(params) * report.samples_per_second() / world.size();
+    const double peak = mfu::rank_peak_flops(world);
     if (world.is_main()) {
       const int n = world.size();
       const double predicted = 2.0 * (n - 1) / n * 4.0 * double(params);
@@ -100,8 +106,9 @@ int main(int argc, char** argv) {
                   long(params), predicted, long(first_step_bytes));
       std::printf("CHECK ddp_bytes_per_step predicted=%.0f measured=%ld\n", predicted,
                   long(first_step_bytes));
-      std::printf("RESULT example=ddp_from_scratch world=%d test_acc=%.4f samples_per_s=%.0f\n",
-                  n, test_acc, report.samples_per_second());
+      std::printf("RESULT example=ddp_from_scratch world=%d test_acc=%.4f samples_per_s=%.0f "
+                  "model_gflops=%.2f mfu=%.3f gemm_gflops=%.1f\n",
+                  n, test_acc, report.samples_per_second(), flops / 1e9, flops / peak, peak / 1e9);
     }
     return 0;
   });

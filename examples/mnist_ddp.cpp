@@ -10,6 +10,7 @@
 // accuracy evaluated in shards: each rank evaluates 1/N of the test set and the counts are
 // summed (examples/metrics.h) — the same number one process evaluating all of it prints.
 // Ends with: RESULT example=mnist_ddp world=N test_acc=… samples_per_s=… (global) precision=P
+// comm_hook=… model_gflops=… mfu=… gemm_gflops=… (per rank: examples/mfu.h)
 //
 // --grad-accum N: each rank takes each step's N·--batch-size samples in N micro-batches of
 // --batch-size (simple_model.h), and only the last backward all-reduces (ddp.no_sync()
@@ -58,6 +59,7 @@
 #include "checkpointing.h"
 #include "metrics.h"
 #include "metrics_log.h"
+#include "mfu.h"
 #include "parse_on_every_rank.h"
 #include "precision.h"
 #include "progress_bar.h"
@@ -241,11 +243,16 @@ int main(int argc, char** argv) {
       }
     }
     finish_trace();  // a run shorter than the traced window
+    // MFU (mfu.h): each rank's share of 6 FLOPs per parameter per sample, over one rank's
+    // measured GEMM rate.
+    const double samples_per_s = static_cast<double>(samples) / seconds;
+    const double flops = 6.0 * double(model.num_parameters()) * samples_per_s / world.size();
+    const double peak = mfu::rank_peak_flops(world, device);
     if (world.is_main())
       std::printf("RESULT example=mnist_ddp world=%d test_acc=%.4f samples_per_s=%.0f precision=%s "
-                  "comm_hook=%s\n",
-                  world.size(), test_acc, static_cast<double>(samples) / seconds,
-                  precision.name.c_str(), comm_hook.name.c_str());
+                  "comm_hook=%s model_gflops=%.2f mfu=%.3f gemm_gflops=%.1f\n",
+                  world.size(), test_acc, samples_per_s, precision.name.c_str(), comm_hook.name.c_str(),
+                  flops / 1e9, flops / peak, peak / 1e9);
     return 0;
   });
 }

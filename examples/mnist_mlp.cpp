@@ -25,6 +25,8 @@
 // Shows progress within each epoch (a bar on a terminal, plain lines otherwise:
 // examples/progress_bar.h), train loss and test accuracy per epoch,
 // and ends with: RESULT example=mnist_mlp epochs=E test_acc=… samples_per_s=… precision=P
+// model_gflops=… mfu=… gemm_gflops=… (6 FLOPs per parameter per sample, over this machine's
+// measured GEMM rate: examples/mfu.h)
 // --log FILE.jsonl writes a JSON line every --log-every steps and at each epoch's end (with
 // the test accuracy): step, epoch, loss, samples/s, lr, elapsed_s (examples/metrics_log.h).
 // --trace writes a Chrome trace of a few steps after 2 warm-up steps (forward, backward
@@ -41,6 +43,7 @@
 #include "checkpointing.h"
 #include "metrics.h"
 #include "metrics_log.h"
+#include "mfu.h"
 #include "precision.h"
 #include "progress_bar.h"
 #include "simple_model.h"
@@ -196,10 +199,12 @@ int main(int argc, char** argv) {
       }
     }
     finish_trace();  // a run shorter than the traced window
-    std::printf("RESULT example=mnist_mlp epochs=%d test_acc=%.4f samples_per_s=%.0f precision=%s\n",
-                epochs, test_acc,
-                train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0,
-                precision.name.c_str());
+    // MFU (mfu.h): 6 FLOPs per parameter per sample, over this machine's GEMM rate.
+    const double samples_per_s = train_seconds > 0 ? static_cast<double>(samples) / train_seconds : 0.0;
+    const double flops = 6.0 * double(model.num_parameters()) * samples_per_s, peak = mfu::peak_flops(device);
+    std::printf("RESULT example=mnist_mlp epochs=%d test_acc=%.4f samples_per_s=%.0f precision=%s "
+                "model_gflops=%.2f mfu=%.3f gemm_gflops=%.1f\n",
+                epochs, test_acc, samples_per_s, precision.name.c_str(), flops / 1e9, flops / peak, peak / 1e9);
   } catch (const rg::Error& e) {
     std::fprintf(stderr, "mnist_mlp: %s\n", e.what());
     return 1;
