@@ -40,10 +40,20 @@
 // for validation. Every eval interval prints the train and validation loss; the end
 // prints a sample from --prompt, then
 //   RESULT example=gpt world=N strategy=S dp=… cp=… tp=… pp=… val_loss=… unigram_loss=… tokens_per_s=…
-//          … recompute=… peak_mb=…
+//          … recompute=… grad_accum=… params_mb=… grads_mb=… optim_mb=… peak_mb=…
+//          model_gflops=… mfu=… gemm_gflops=…
 // where unigram_loss is the entropy (nats/char) of the validation text's byte
-// frequencies: the loss of a model that learned nothing but how often each byte occurs,
-// and peak_mb the most tensor memory any rank held during training (rg::memory_stats).
+// frequencies: the loss of a model that learned nothing but how often each byte occurs;
+// params_mb, grads_mb and optim_mb the bytes (/1e6) of parameters, gradients and optimizer
+// state a rank held in the second step, and peak_mb the most tensor memory it held at once
+// during training (rg::memory_stats), each the largest rank's: `gpt --plan` predicts them;
+// model_gflops each rank's share of the model's FLOPs per second (gpt/budget.h's count),
+// mfu that over gemm_gflops, the float32 GEMM rate one rank reaches here (examples/mfu.h).
+// --plan [--world N] prints, without training or launching, what each rank of the run the
+// other flags describe (at world N) will hold: gpt/plan.h's formulas, per pipeline stage,
+// then RESULT plan … params_mb= grads_mb= optim_mb= activations_mb= peak_mb=.
+// --check-plan trains as usual, then prints the plan beside what the largest rank held,
+// one CHECK line each (tests/check_gpt_plan.sh, docs/learn chapters 0 and 2).
 // The train loss printed is the mean over every rank and every step since the last line.
 // --log-every N also prints it every N steps; --log FILE.jsonl writes a JSON line at each
 // of those and at each evaluation (step, loss, val_loss, tokens/s, lr, elapsed_s:
@@ -109,8 +119,10 @@
 #include "gpt/budget.h"    // --budget: what a rank keeps and sends, as formulas
 #include "gpt/model.h"     // the model: GPTConfig, Block, GPT
 #include "gpt/parallel.h"  // its tensor- and pipeline-parallel pieces: ParallelBlock, Stage
+#include "gpt/plan.h"      // --plan: what each rank will hold, before the run
 #include "gpt_text.h"
 #include "metrics_log.h"
+#include "mfu.h"  // model FLOPs utilisation: the machine's yardstick
 #include "parse_on_every_rank.h"
 #include "precision.h"
 #include "progress_bar.h"
@@ -196,6 +208,21 @@ struct Trainer {
   }
 
   rg::optim::Optimizer& optimizer() { return zero ? zero->local_optimizer() : *adamw; }
+  // The parameters this rank holds between steps: FSDP's shards, a stage's slices, or all.
+  std::vector<rg::Tensor> held_parameters() {
+    return fsdp ? fsdp->parameters() : pipeline ? stage->parameters() : model.parameters();
+  }
+  // Bytes this rank holds of parameters, of gradients (after backward), of optimizer state.
+  std::array<int64_t, 3> held_bytes() {
+    std::array<int64_t, 3> bytes{};
+    for (const rg::Tensor& p : held_parameters()) {
+      bytes[0] += int64_t(p.nbytes());
+      if (p.grad().defined()) bytes[1] += int64_t(p.grad().nbytes());
+    }
+    std::map<std::string, std::string> meta;
+    for (const auto& [name, t] : optimizer().state_dict(&meta)) bytes[2] += int64_t(t.nbytes());
+    return bytes;
+  }
   rg::Tensor forward(const rg::Tensor& tokens) {
     return fsdp ? (*fsdp)(tokens) : ddp ? (*ddp)(tokens) : model(tokens);
   }
@@ -356,6 +383,40 @@ void print_budget(par::World& world, const GPTConfig& config, int64_t batch, con
                   all[size_t(r) * kFields + 1 + 2 * q], all[size_t(r) * kFields + 2 + 2 * q]);
 }
 
+// ---------------------------------------------------------------- --plan
+
+// What each rank will hold (gpt/plan.h), per pipeline stage, then the largest rank's as
+// RESULT plan …, in the fields a run's RESULT line measures.
+gpt::Plan plan_of(const GPTConfig& config, gpt::PlanLayout& layout) {
+  const int64_t head_dim = config.d_model / config.heads;  // the route this CPU's attention takes
+  layout.merge_is_view = rg::cpu_attention_kernel(head_dim, head_dim, false, true) == "fused" &&
+                         rg::cpu_attention_kernel(head_dim, head_dim, true, true) == "fused";
+  return gpt::plan(config, layout);
+}
+
+void print_plan(const GPTConfig& config, gpt::PlanLayout layout) {
+  const gpt::Plan p = plan_of(config, layout);
+  std::printf("plan: world %lld = dp %lld x pp %lld x cp %lld x tp %lld, strategy %s, %lld x %lld sequences per "
+              "replica, precision %s, recompute %s\n%5s %14s %14s %14s %14s %14s\n",
+              static_cast<long long>(layout.world()), static_cast<long long>(layout.dp),
+              static_cast<long long>(layout.pp), static_cast<long long>(layout.cp), static_cast<long long>(layout.tp),
+              layout.strategy.c_str(), static_cast<long long>(layout.grad_accum),
+              static_cast<long long>(layout.batch), layout.precision.c_str(), config.recompute.c_str(), "stage",
+              "params MB", "grads MB", "optimizer MB", "activations MB", "peak MB");
+  for (size_t s = 0; s < p.ranks.size(); ++s) {
+    const gpt::RankPlan& r = p.ranks[s];
+    std::printf("%5zu %14.3f %14.3f %14.3f %14.3f %14.3f\n", s, r.params / 1e6, r.grads / 1e6, r.optim / 1e6,
+                r.activations / 1e6, r.peak / 1e6);
+  }
+  const gpt::RankPlan& r = p.largest;
+  std::printf("RESULT plan world=%lld strategy=%s dp=%lld cp=%lld tp=%lld pp=%lld recompute=%s grad_accum=%lld "
+              "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f activations_mb=%.6f peak_mb=%.6f\n",
+              static_cast<long long>(layout.world()), layout.strategy.c_str(), static_cast<long long>(layout.dp),
+              static_cast<long long>(layout.cp), static_cast<long long>(layout.tp), static_cast<long long>(layout.pp),
+              config.recompute.c_str(), static_cast<long long>(layout.grad_accum), r.params / 1e6, r.grads / 1e6,
+              r.optim / 1e6, r.activations / 1e6, r.peak / 1e6);
+}
+
 // ---------------------------------------------------------------- generation
 
 // Continues `prompt` by `length` bytes, sampling each from the softmax of the last
@@ -447,6 +508,14 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "model initialisation and data order");
   ckpt.add_options(app);
   app.add_option("--trace", trace_path, "write a Chrome trace of the third step to FILE.json");
+  bool plan_only = false;
+  int plan_world = 0;
+  app.add_flag("--plan", plan_only, "print what each rank will hold for the run the other flags describe "
+               "(gpt/plan.h), without training");
+  bool check_plan = false;
+  app.add_flag("--check-plan", check_plan, "train, then print the plan beside the memory held (CHECK lines)");
+  app.add_option("--world", plan_world, "with --plan: the world size to plan for (default: this one's)")
+      ->check(CLI::PositiveNumber);
   bool budget = false;
   app.add_flag("--budget", budget, "print each rank's parameters and bytes sent per mesh axis in step 2, "
                "beside gpt/budget.h's formulas (--strategy ddp, --cp 1)");
@@ -457,9 +526,12 @@ int main(int argc, char** argv) {
   if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return par::main_guard(world, [&] {
-    if (dp == 0) dp = world.size() / (cp * tp * pp);
-    RG_CHECK(dp * pp * cp * tp == world.size(), "gpt", "expected --dp x --pp x --cp x --tp = the world size ",
-             world.size(), ", got ", dp, " x ", pp, " x ", cp, " x ", tp);
+    RG_CHECK(plan_world == 0 || plan_only, "gpt", "expected --world only with --plan (a run's world is "
+             "the number of processes rgrun starts), got --world ", plan_world);
+    const int world_size = plan_world > 0 ? plan_world : world.size();
+    if (dp == 0) dp = world_size / (cp * tp * pp);
+    RG_CHECK(dp * pp * cp * tp == world_size, "gpt", "expected --dp x --pp x --cp x --tp = the world size ",
+             world_size, ", got ", dp, " x ", pp, " x ", cp, " x ", tp);
     RG_CHECK(pp <= config.layers && config.layers % pp == 0, "gpt", "expected --pp to divide --layers ",
              config.layers, ", got ", pp);
     RG_CHECK(config.heads % tp == 0 && GPTConfig::vocab % tp == 0, "gpt",
@@ -493,6 +565,13 @@ int main(int argc, char** argv) {
              " --cp ", cp, " --grad-accum ", grad_accum, " --steps ", steps);
     RG_CHECK((tp == 1 && pp == 1) || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
              "expected no --save or --resume with --tp or --pp above 1 (not yet)");
+    const gpt::PlanLayout layout{.dp = dp, .pp = pp, .cp = cp, .tp = tp, .strategy = strategy, .batch = batch,
+                                 .grad_accum = grad_accum, .micro_batches = pp > 1 ? micro_batches : 1,
+                                 .precision = precision.name};
+    if (plan_only) {  // the plan for this run: printed, nothing trained
+      if (world.is_main()) print_plan(config, layout);
+      return 0;
+    }
     // The mesh, tp varying fastest (its ranks talk most: on a GPU host, the same node).
     par::DeviceMesh mesh(world.communicator(), {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
     par::Communicator& everyone = mesh.group({"dp", "cp"});  // the gradient's average
@@ -627,6 +706,7 @@ int main(int argc, char** argv) {
     bar.start("gpt", steps, start_step, double(tokens_per_step), "tokens");
     MetricsLog log(log_options.path, world.is_main(), /*append=*/start_step > 0);
     RateMeter rate;
+    std::array<int64_t, 3> held{};  // bytes of parameters, gradients, optimizer state
     char line[200];
     for (int64_t step = start_step; step < end; ++step) {
       const bool traced = !trace_path.empty() && step == start_step + 2;
@@ -648,9 +728,13 @@ int main(int argc, char** argv) {
       const double local = on_my_part(x, y, [&](const rg::Tensor& xs, const rg::Tensor& ys) {
         return trainer.train_step(xs, ys);
       });
+      // What this rank holds in the second step (the first creates the optimizer's state).
+      const bool measured = step == std::min(start_step + 1, end - 1);
+      if (measured) held = trainer.held_bytes();  // parameters and gradients, after backward
       trainer.clip(1.0);
       trainer.step();
       schedule.step();
+      if (measured) held[2] = trainer.held_bytes()[2];  // the optimizer's state, after its step
       if (budgeted) {
         std::array<int64_t, 4> sent{};
         for (size_t a = 0; a < axes.size(); ++a) sent[a] = axes[a]->wire_bytes();
@@ -695,9 +779,25 @@ int main(int argc, char** argv) {
       bar.update(step + 1);
     }
     bar.close();
-    // Training's tensor memory: the most any rank held at once (rg::memory_stats), in MB.
-    rg::Tensor peak = rg::full({1}, double(rg::memory_stats().peak_bytes) / 1e6, {.dtype = rg::kFloat64});
-    world.communicator().all_reduce(peak, par::Reduce::Max);
+    // Training's tensor memory, in MB, each the largest rank's: parameters, gradients and
+    // optimizer state held in the second step, and the most held at once (rg::memory_stats).
+    rg::Tensor memory = rg::from_vector(std::vector<double>{double(held[0]) / 1e6, double(held[1]) / 1e6,
+                                                            double(held[2]) / 1e6,
+                                                            double(rg::memory_stats().peak_bytes) / 1e6},
+                                        {4}, {.dtype = rg::kFloat64});
+    world.communicator().all_reduce(memory, par::Reduce::Max);
+    const std::vector<double> mb = memory.tolist<double>();
+    if (check_plan && world.is_main()) {  // the plan beside what the run held
+      gpt::PlanLayout l = layout;
+      const gpt::RankPlan p = plan_of(config, l).largest;
+      std::printf("memory of the largest rank, planned / held: parameters %.3f / %.3f MB, gradients %.3f / %.3f "
+                  "MB, optimizer %.3f / %.3f MB, peak %.3f / %.3f MB\n",
+                  p.params / 1e6, mb[0], p.grads / 1e6, mb[1], p.optim / 1e6, mb[2], p.peak / 1e6, mb[3]);
+      const char* names[] = {"params", "grads", "optim", "peak"};
+      const double planned[] = {p.params, p.grads, p.optim, p.peak};
+      for (int q = 0; q < 4; ++q)
+        std::printf("CHECK plan_%s_mb predicted=%.6f measured=%.6f\n", names[q], planned[q] / 1e6, mb[size_t(q)]);
+    }
     const double val = validation_loss();
 
     // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy.
@@ -725,12 +825,19 @@ int main(int argc, char** argv) {
       std::printf("sample (temperature %.2f, top-k %lld):\n%s\n", temperature, static_cast<long long>(top_k),
                   generate(whole, prompt, sample_length, temperature, top_k, config.seq, seed).c_str());
     }
+    // MFU (mfu.h): each rank's share of the model's FLOPs per second over one rank's
+    // measured GEMM rate.
+    const double tokens_per_s = seconds > 0 ? double(timed_tokens) / seconds : 0.0;
+    const double flops = gpt::train_flops_per_token(config, model.num_parameters()) * tokens_per_s / world.size();
+    const double peak_flops = mfu::rank_peak_flops(world);
     if (world.is_main())
       std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d tp=%d pp=%d val_loss=%.4f "
-                  "unigram_loss=%.4f tokens_per_s=%.0f precision=%s comm_hook=%s recompute=%s peak_mb=%.2f\n",
-                  world.size(), strategy.c_str(), dp, cp, tp, pp, val, unigram,
-                  seconds > 0 ? double(timed_tokens) / seconds : 0.0, precision.name.c_str(),
-                  comm_hook.name.c_str(), config.recompute.c_str(), peak.item());
+                  "unigram_loss=%.4f tokens_per_s=%.0f precision=%s comm_hook=%s recompute=%s grad_accum=%lld "
+                  "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f peak_mb=%.6f model_gflops=%.2f mfu=%.3f "
+                  "gemm_gflops=%.1f\n",
+                  world.size(), strategy.c_str(), dp, cp, tp, pp, val, unigram, tokens_per_s, precision.name.c_str(),
+                  comm_hook.name.c_str(), config.recompute.c_str(), static_cast<long long>(grad_accum), mb[0],
+                  mb[1], mb[2], mb[3], flops / 1e9, flops / peak_flops, peak_flops / 1e9);
     return 0;
   });
 }

@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "gpt/model.h"
+#include "gpt/plan.h"  // the activations' formulas, shared with gpt --plan
 
 namespace rg = ringgrad;
 
@@ -135,14 +136,13 @@ int main(int argc, char** argv) {
       return rg::cpu_attention_kernel(c.d_model / c.heads, c.d_model / c.heads, backward, true) == "fused";
     };
     const bool merge_is_view = fused(false) && fused(true);
-    const double per_block = (merge_is_view ? 16 : 17) * B * T * E + (4 + H) * B * T;
-    const double head = 2 * B * T * E + 2 * B * T + B * T * V + B * T;
+    // float32 and autocast: the planner's formulas (gpt/plan.h, the same ones, in bytes).
+    const gpt::Kept kept = gpt::bytes_kept(c, {.batch = batch, .precision = amp ? "bf16" : "fp32",
+                                               .merge_is_view = merge_is_view}, B);
     const double Pd = double(P), BTE = B * T * E, BT = B * T, BTV = B * T * V;
-    // The other precisions' activations, in bytes (see the top of the file).
+    // The model in bfloat16 (see the top of the file), in bytes.
     const double bf16_block = 2 * 17 * BTE + 4 * 4 * BT + 4 * H * BT;
     const double bf16_head = 2 * 2 * BTE + 4 * 2 * BT + 2 * BTV + 2 * BT;
-    const double amp_block = 4 * 2 * BTE + 2 * 15 * BTE + 4 * 4 * BT + 4 * H * BT + 2 * 12 * E * E;
-    const double amp_head = 4 * BTE + 2 * BTE + 4 * 2 * BT + 2 * V * E + 4 * BTV + 4 * BT;
     std::vector<Part> parts;
     if (bf16) {
       parts = {
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
       parts = {
           {"parameters", "4*P", 4 * Pd + 8 * T, double(with_model - empty)},
           {"activations", "L*(38BTE+16BT+4HBT+24EE) + 6BTE+8BT+2VE+4BTV+4BT",
-           L * amp_block + amp_head, double(after_forward - before_step)},
+           L * kept.block + kept.head, double(after_forward - before_step)},
           {"gradients", "4*P", 4 * Pd, double(after_backward - before_step)},
           {"AdamW state", "8*P", 8 * Pd, double(after_step - after_backward)},
       };
@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
           {"activations",
            merge_is_view ? "4*(L*(16*BTE + (4+H)*BT) + 2*BTE + 2*BT + BTV + BT)"
                          : "4*(L*(17*BTE + (4+H)*BT) + 2*BTE + 2*BT + BTV + BT)",
-           4 * (L * per_block + head), double(after_forward - before_step)},
+           L * kept.block + kept.head, double(after_forward - before_step)},
           {"gradients", "4*P", 4.0 * double(P), double(after_backward - before_step)},
           {"AdamW state", "8*P", 8.0 * double(P), double(after_step - after_backward)},
       };

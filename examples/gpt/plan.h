@@ -1,0 +1,259 @@
+// gpt/plan.h — the planner: what each rank of a GPT training run will hold, before it runs.
+//
+//   gpt::Plan p = gpt::plan(config, {.dp = 2, .strategy = "fsdp", .batch = 16});
+//   p.params, p.grads, p.optim, p.activations, p.peak     // bytes, the largest rank's
+//
+// `gpt --plan --world N` prints these for the run its other flags describe, without training
+// (RESULT plan …); a real run prints the measured figures under the same names (RESULT
+// example=gpt … params_mb= grads_mb= optim_mb= peak_mb=), and tests/check_gpt_plan.sh holds
+// the two to each other: parameters, gradients and optimizer state to the byte, the peak
+// within 10%.
+//
+// Every figure is one rank's, in bytes (float32 parameters: 4 per number), and the plan
+// reports the largest over the mesh's ranks. With P the parameters a rank trains:
+//   parameters  4·P. Every rank holds all of them under ddp, zero1 and zero2; under fsdp
+//               its shard of each unit, ⌈n/N⌉ of a unit of n (padded, N = dp·cp); with
+//               --tp/--pp its stage's slices (gpt/budget.h lists them).
+//   gradients   what .grad holds after backward: 4·P, but under zero2 only the owner's
+//               (each tensor owned by one rank: largest first, to the least loaded rank, as
+//               parallel/zero.cpp assigns them) and under fsdp the shards.
+//   optimizer   AdamW's exp_avg and exp_avg_sq (8 bytes a number) and its step counter
+//               (one float64 per tensor), for the tensors this rank steps: all, the owned
+//               ones (zero1, zero2), or one flat shard per unit (fsdp).
+//   activations what forward keeps for backward (examples/memory_budget.cpp derives the
+//               float32 counts; GPT-2 blocks): per block 16·b·T·E + (4 + H)·b·T numbers for
+//               b sequences of T tokens (T/cp under context parallelism), E wide, H heads;
+//               with --tp t the attention's and MLP's inner tensors are split:
+//               4·bTE + 12·bTE/t + (4 + H/t)·bT; --recompute selective keeps the attention
+//               half only (7·bTE + (2 + H)·bT), full the block's input only (bTE). The head
+//               keeps 2·bTE + 2·bT + bT·V/t + bT (the final norm, the logits, the loss's
+//               log-sum-exp). A pipeline stage keeps the micro-batches in flight: under 1F1B
+//               stage s holds min(m, p − s), each of b = batch/m rows, and a stage that sends
+//               keeps its output for backward. --grad-accum N: one micro-batch of --batch-size
+//               at a time.
+//   peak        the largest of the step's moments: the state between steps (parameters,
+//               DDP's gradient buckets where DDP averages, optimizer state, the step's batch)
+//               plus, at the start of backward, every activation and the logits' gradient;
+//               with recomputation, at the recomputed block's backward, the kept inputs plus
+//               one block's whole activations; at the end of backward the gradients.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "model.h"
+
+namespace gpt {
+
+struct PlanLayout {
+  int64_t dp = 1, pp = 1, cp = 1, tp = 1;
+  std::string strategy = "ddp";    // ddp | zero1 | zero2 | fsdp (with tp or pp above 1: ddp)
+  int64_t batch = 16;              // sequences per forward on each replica (--batch-size)
+  int64_t grad_accum = 1;          // forwards per step
+  int64_t micro_batches = 1;       // pipeline micro-batches per forward (pp > 1)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16: autocast over float32 parameters
+  bool merge_is_view = true;       // attention's output already in out_proj's layout (fused kernel)
+  int64_t world() const { return dp * pp * cp * tp; }
+};
+
+// One rank's figures, in bytes.
+struct RankPlan {
+  double params = 0, grads = 0, optim = 0, activations = 0, peak = 0;
+};
+
+struct Plan {
+  RankPlan largest;            // each figure the largest over the ranks
+  std::vector<RankPlan> ranks;  // by pipeline stage (the ranks of a stage hold the same)
+};
+
+// The parameter tensors of one tp rank of pipeline stage `stage` of `pp`, in the order the
+// model registers them, as numbers each; `unit` names the FSDP unit each belongs to (0: the
+// root unit, b + 1: block b).
+struct ParamTensor {
+  int64_t numel;
+  int64_t unit;
+};
+
+inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp, int64_t stage, int64_t pp) {
+  const int64_t E = c.d_model, V = GPTConfig::vocab, t = tp;
+  const int64_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads, kvE = E / c.heads * kv;
+  const bool first = stage == 0, last = stage == pp - 1, rms = c.norm == "rmsnorm";
+  std::vector<ParamTensor> out;
+  if (first) out.push_back({V / t * E, 0});
+  if (first && c.pos != "rope") out.push_back({c.seq * E, 0});
+  auto norm = [&](int64_t unit) {
+    out.push_back({E, unit});
+    if (!rms) out.push_back({E, unit});
+  };
+  const int64_t per_stage = c.layers / pp;
+  for (int64_t b = stage * per_stage; b < (stage + 1) * per_stage; ++b) {
+    const int64_t u = b + 1;
+    norm(u);
+    out.push_back({(E + 2 * kvE) / t * E, u});  // in_proj (q, k, v rows; split by heads)
+    out.push_back({(E + 2 * kvE) / t, u});
+    out.push_back({E * E / t, u});  // out_proj: its input split, its bias whole
+    out.push_back({E, u});
+    norm(u);
+    if (c.mlp == "swiglu") {
+      const int64_t h = (8 * E / 3 + 7) / 8 * 8;
+      for (int i = 0; i < 3; ++i) out.push_back({h * E, u});
+    } else {
+      out.push_back({4 * E / t * E, u});
+      out.push_back({4 * E / t, u});
+      out.push_back({4 * E / t * E, u});
+      out.push_back({E, u});
+    }
+  }
+  if (last) {
+    norm(0);
+    if (pp > 1) out.push_back({V / t * E, 0});  // the last stage's copy of the tied embedding
+  }
+  return out;
+}
+
+// ZeRO's owners (parallel/zero.cpp): largest first, each to the least loaded rank (ties:
+// the lower); returns each tensor's owner.
+inline std::vector<int64_t> zero_owners(const std::vector<ParamTensor>& ts, int64_t n) {
+  std::vector<size_t> order(ts.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ts[a].numel > ts[b].numel; });
+  std::vector<int64_t> load(size_t(n), 0), owner(ts.size(), 0);
+  for (size_t i : order) {
+    const int64_t r = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[i] = r;
+    load[size_t(r)] += ts[i].numel;
+  }
+  return owner;
+}
+
+// Numbers (not bytes) forward keeps for backward, per block and for the head, for b
+// sequences of T tokens on one rank; float32 unless autocast (then bytes directly: see
+// bytes_kept).
+struct Kept {
+  double block = 0, head = 0;  // bytes
+  double block_whole = 0;      // bytes of one block without recomputation (its recomputation's peak)
+};
+
+inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
+  const double T = double(c.seq / l.cp), E = double(c.d_model), H = double(c.heads), t = double(l.tp);
+  const double V = double(GPTConfig::vocab), bTE = b * T * E, bT = b * T;
+  const double merge = l.merge_is_view ? 0 : bTE / t;  // the heads merged by a copy (the GEMM route)
+  Kept k;
+  if (l.precision == "fp32") {
+    const double whole = 4 * (4 * bTE + 12 * bTE / t + merge + (4 + H / t) * bT);
+    k.block_whole = whole;
+    if (c.recompute == "full")
+      k.block = 4 * bTE;
+    else if (c.recompute == "selective")
+      k.block = 4 * (3 * bTE + 4 * bTE / t + merge + (2 + H / t) * bT);
+    else
+      k.block = whole;
+    k.head = 4 * (2 * bTE + 2 * bT + bT * V / t + bT);
+  } else {  // autocast (memory_budget.cpp): the residual stream float32, GEMM inputs bfloat16
+    const double whole = 4 * 2 * bTE + 2 * 15 * bTE + 4 * 4 * bT + 4 * H * bT + 2 * 12 * E * E;
+    k.block_whole = whole;
+    if (c.recompute == "full")
+      k.block = 4 * bTE;
+    else if (c.recompute == "selective")  // x, y float32; ln1's output, q, k, v, attention's two
+      k.block = 4 * 2 * bTE + 2 * 6 * bTE + 4 * 2 * bT + 4 * H * bT + 2 * 4 * E * E;
+    else
+      k.block = whole;
+    k.head = 4 * bTE + 2 * bTE + 4 * 2 * bT + 2 * V * E + 4 * bT * V + 4 * bT;
+  }
+  return k;
+}
+
+inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
+  Plan result;
+  const int64_t n = l.dp * l.cp;  // the data-parallel group: the gradient's average
+  const bool sharded = l.strategy == "fsdp", zero = l.strategy == "zero1" || l.strategy == "zero2";
+  const bool four_d = l.tp > 1 || l.pp > 1;  // gpt.cpp's stages (Stage, gpt/parallel.h)
+  const bool ddp_buckets = (l.strategy == "ddp" || l.strategy == "zero1") && !four_d && n > 1;
+  double whole = 0;  // the whole model's numbers
+  for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1)) whole += double(p.numel);
+  const double m = double(l.pp > 1 ? l.micro_batches : 1);
+  const double b = double(l.batch) / m;  // rows per forward (per micro-batch)
+  const double V = double(GPTConfig::vocab), T = double(c.seq / l.cp), E = double(c.d_model);
+  // The step's batch as int64 tokens and targets: every rank builds the whole global batch's
+  // windows, then its replica's rows (contiguous copies), then its cp shard.
+  const double data = 2 * 8 * (double(l.dp * l.batch * l.grad_accum) * double(c.seq) +
+                               double(l.batch * l.grad_accum) * double(c.seq) * (l.cp > 1 ? 1 + 1.0 / double(l.cp) : 1));
+  for (int64_t s = 0; s < l.pp; ++s) {
+    const std::vector<ParamTensor> ts = parameter_tensors(c, l.tp, s, l.pp);
+    RankPlan r;
+    double numel = 0, gathered = 0;  // fsdp: the units gathered at the peak
+    for (const ParamTensor& p : ts) numel += double(p.numel);
+    if (sharded) {
+      std::vector<double> unit(size_t(c.layers + 1), 0);
+      for (const ParamTensor& p : ts) unit[size_t(p.unit)] += double(p.numel);
+      double shards = 0;
+      for (double u : unit) shards += std::ceil(u / double(n));
+      // At the start of backward: the root unit (gathered for the whole step), the last block
+      // (gathered again for its backward) and the one before it (prefetched).
+      const double block = *std::max_element(unit.begin() + 1, unit.end());
+      gathered = 4 * (unit[0] + std::min(2.0, double(c.layers)) * block);
+      r.params = 4 * shards;
+      r.grads = 4 * shards;
+      r.optim = 8 * shards + 8 * double(unit.size());
+    } else {
+      r.params = 4 * numel;
+      r.grads = 4 * numel;
+      r.optim = 8 * numel + 8 * double(ts.size());
+      if (zero) {  // the largest rank's share
+        const std::vector<int64_t> owner = zero_owners(ts, n);
+        double worst_numel = 0, worst_tensors = 0;
+        for (int64_t rank = 0; rank < n; ++rank) {
+          double mine = 0, count = 0;
+          for (size_t i = 0; i < ts.size(); ++i)
+            if (owner[i] == rank) mine += double(ts[i].numel), ++count;
+          if (8 * mine + 8 * count > 8 * worst_numel + 8 * worst_tensors) worst_numel = mine, worst_tensors = count;
+        }
+        r.optim = 8 * worst_numel + 8 * worst_tensors;
+        if (l.strategy == "zero2") r.grads = 4 * worst_numel;
+      }
+    }
+    // Activations: the micro-batches in flight (1F1B: min(m, p − s)), each b rows.
+    const Kept k = bytes_kept(c, l, b);
+    const double blocks = double(c.layers / l.pp), in_flight = std::min(m, double(l.pp - s));
+    const bool first = s == 0, last = s == l.pp - 1;
+    const double bTE = b * T * E, bT = b * T, logits = b * T * V / double(l.tp);
+    double one = blocks * k.block + (last ? k.head : 4 * bTE);  // a sending stage keeps its output
+    if (four_d && first) one += 4 * bTE;  // VocabParallelEmbedding: the rows' partial sum, before the all-reduce
+    if (four_d && last) one += 4 * (logits + 6 * bT);  // vocab_parallel_cross_entropy keeps its softmax
+    r.activations = in_flight * one;
+    // The peak (see the top): the state, then the largest moment of the step.
+    double state = r.params + (ddp_buckets ? r.grads : 0) + r.optim + data;
+    if (four_d) state += 4 * whole;  // gpt.cpp keeps the whole model its stages were cut from
+    // Accumulating (--grad-accum, or a pipeline's micro-batches): the whole local gradients
+    // live through the later micro-batches (every strategy's no_sync keeps them unsharded,
+    // beside DDP's buckets, until the last backward).
+    if (l.grad_accum > 1 || m > 1) state += 4 * (sharded ? whole : numel);
+    // The start of backward: the logits' gradient (and the loss's own, under tp/pp).
+    // (Under autocast the loss's float32 gradient is cast to bfloat16 for the head's GEMM.)
+    const double logits_grad = !last ? 0 : four_d ? 2 * 4 * logits : l.precision == "fp32" ? 4 * logits : 6 * logits;
+    double moment = r.activations + logits_grad + gathered;
+    // A recomputed block's backward: its whole activations at once, and at the MLP's
+    // backward the gradients of the hidden layer before and after GELU, of the block's
+    // input and of fc's weight.
+    if (c.recompute != "none")
+      moment = std::max(moment, r.activations - (last ? k.head : 0) + k.block_whole - k.block +
+                                    4 * (6 * bTE / double(l.tp) + bTE + 4 * E * E / double(l.tp)));
+    moment = std::max(moment, ddp_buckets ? 0.0 : 4 * numel);  // the end of backward: the gradients
+    r.peak = state + moment;
+    result.ranks.push_back(r);
+  }
+  for (const RankPlan& r : result.ranks) {
+    result.largest.params = std::max(result.largest.params, r.params);
+    result.largest.grads = std::max(result.largest.grads, r.grads);
+    result.largest.optim = std::max(result.largest.optim, r.optim);
+    result.largest.activations = std::max(result.largest.activations, r.activations);
+    result.largest.peak = std::max(result.largest.peak, r.peak);
+  }
+  return result;
+}
+
+}  // namespace gpt

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# check_gpt_plan.sh — the planner's predictions against what the run holds.
+#
+#   tests/check_gpt_plan.sh RGRUN GPT [ARGS...]
+#
+# For each layout below (strategies, tensor, pipeline and context parallelism, recomputation,
+# precision, accumulation), `gpt --plan --world N` predicts, and a 3-step run under
+# `RGRUN -n N` measures, the largest rank's parameters, gradients and optimizer state (which
+# must agree to the byte) and its peak tensor memory (within 10%). Prints one line per
+# layout with the measured/predicted ratio of the peak. ctest runs it as example_gpt_plan.
+set -euo pipefail
+[ $# -ge 2 ] || { echo "usage: $0 RGRUN GPT [ARGS...]" >&2; exit 2; }
+rgrun=$1 gpt=$2
+shift 2
+model=(--layers 4 --d-model 64 --heads 4 --seq 128 --batch-size 8 --steps 3 --eval-batches 1
+       --sample-length 0 "$@")
+field() { sed -nE "s/.* $1=([0-9.]+).*/\1/p"; }
+status=0
+check() {  # N, then the layout's flags
+  local n=$1 plan run
+  shift
+  plan=$("$gpt" "${model[@]}" "$@" --plan --world "$n" 2>&1 | grep '^RESULT plan') ||
+    { echo "FAILED: no plan for $*" >&2; status=1; return; }
+  run=$("$rgrun" -n "$n" "$gpt" "${model[@]}" "$@" 2>&1 | grep '^RESULT example=gpt') ||
+    { echo "FAILED: no run for -n $n $*" >&2; status=1; return; }
+  local ok=1 q
+  for q in params_mb grads_mb optim_mb; do
+    [ "$(echo "$plan" | field $q)" = "$(echo "$run" | field $q)" ] ||
+      { echo "FAILED: -n $n $*: $q predicted $(echo "$plan" | field $q), measured $(echo "$run" | field $q)" >&2; ok=0; }
+  done
+  local p r
+  p=$(echo "$plan" | field peak_mb) r=$(echo "$run" | field peak_mb)
+  awk -v p="$p" -v r="$r" -v what="-n $n $*" 'BEGIN {
+    printf "%-62s peak predicted %8.3f MB, measured %8.3f MB (%.3f)\n", what, p, r, r / p
+    exit (r / p >= 0.9 && r / p <= 1.1 ? 0 : 1)
+  }' || { echo "FAILED: -n $n $*: the peak is not within 10% of the plan" >&2; ok=0; }
+  [ $ok = 1 ] || status=1
+}
+check 1 --strategy ddp
+check 2 --strategy ddp
+check 2 --strategy zero1
+check 2 --strategy zero2
+check 2 --strategy fsdp
+check 4 --strategy fsdp
+check 2 --strategy ddp --recompute full
+check 2 --strategy ddp --recompute selective
+check 2 --strategy ddp --grad-accum 2 --batch-size 4
+check 2 --strategy zero2 --grad-accum 2 --batch-size 4 --recompute full
+check 2 --strategy ddp --precision bf16
+check 2 --strategy fsdp --dp 1 --cp 2
+check 2 --dp 1 --tp 2
+check 2 --dp 1 --pp 2 --micro-batches 4
+check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 --recompute selective
+[ $status -eq 0 ] || echo "FAILED: a prediction missed" >&2
+exit $status
