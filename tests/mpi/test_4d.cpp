@@ -16,10 +16,13 @@
 //   tp  attention heads, the MLP, the vocabulary of the embedding and of the head
 //       (vocab-parallel cross-entropy) are split across the tp ranks.
 // The gradients are averaged over the flattened (dp, cp) group (cp ranks hold different
-// tokens of the same sequences). The contract: the same loss at every step and the same
-// final parameters (gathered whole from the tp slices, compared by name) as one process,
-// to 1e-10.
+// tokens of the same sequences). Every configuration runs twice: as is, and with each
+// block recomputed in backward (nn::checkpoint around the block: the tp all-reduces and
+// the ring's K/V passes run again inside the pipeline's backward). The contract: the same
+// loss at every step and the same final parameters (gathered whole from the tp slices,
+// compared by name) as one process, to 1e-10.
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
+#include <ringgrad/nn/checkpoint.h>
 #include <ringgrad/parallel/context_parallel.h>
 #include <ringgrad/parallel/device_mesh.h>
 #include <ringgrad/parallel/pipeline.h>
@@ -105,9 +108,13 @@ struct ParallelBlock : rg::nn::Module {
     register_module("down", down);
   }
   rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor y = x + attn(ln1(x));
-    return y + down(rg::gelu(up(ln2(y))));
+    auto body = [this](const std::vector<rg::Tensor>& in) {
+      rg::Tensor y = in[0] + attn(ln1(in[0]));
+      return y + down(rg::gelu(up(ln2(y))));
+    };
+    return recompute ? rg::nn::checkpoint(body, {x}) : body({x});
   }
+  bool recompute = false;
 };
 
 // Stage `s` of `p`: blocks [s·kBlocks/p, (s+1)·kBlocks/p), the embeddings on the first,
@@ -187,10 +194,10 @@ std::pair<std::vector<double>, rg::NamedTensors> reference_run() {
 
 // ---- one (dp, pp, cp, tp) configuration
 
-void run(int dp, int pp, int cp, int tp, const std::vector<double>& want_losses,
+void run(int dp, int pp, int cp, int tp, bool recompute, const std::vector<double>& want_losses,
          const rg::NamedTensors& want_state, par::Communicator& world) {
   const std::string name = "dp" + std::to_string(dp) + " pp" + std::to_string(pp) + " cp" +
-                           std::to_string(cp) + " tp" + std::to_string(tp);
+                           std::to_string(cp) + " tp" + std::to_string(tp) + (recompute ? " recompute" : "");
   par::DeviceMesh mesh(world, {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
   par::Communicator& tp_group = mesh.group("tp");
   par::Communicator& pp_group = mesh.group("pp");
@@ -198,6 +205,7 @@ void run(int dp, int pp, int cp, int tp, const std::vector<double>& want_losses,
   par::Communicator& data_group = mesh.group({"dp", "cp"});  // the gradient is averaged here
   auto plain = make_plain();
   Stage stage(*plain, mesh.rank("pp"), pp, tp_group);
+  for (size_t b = 0; b < stage.blocks->size(); ++b) static_cast<ParallelBlock&>((*stage.blocks)[b]).recompute = recompute;
   rg::optim::AdamW opt(stage.parameters(), {.lr = 1e-2});
   par::Pipeline pipe(stage, pp_group, {.micro_batches = 2});
   auto loss_fn = [&](const rg::Tensor& logits, const rg::Tensor& targets) {
@@ -254,7 +262,9 @@ int main(int argc, char** argv) {
       for (int pp : {1, 2})
         for (int cp : {1, 2})
           for (int tp : {1, 2})
-            if (dp * pp * cp * tp == N) run(dp, pp, cp, tp, losses, state, world.communicator()), ++configs;
+            if (dp * pp * cp * tp == N)
+              for (bool recompute : {false, true})
+                run(dp, pp, cp, tp, recompute, losses, state, world.communicator()), ++configs;
     check(configs > 0, "at least one (dp, pp, cp, tp) multiplies to the world size");
     return mpi_test::report(rank, N);
   });
