@@ -213,8 +213,8 @@ struct Trainer {
     return fsdp ? fsdp->parameters() : pipeline ? stage->parameters() : model.parameters();
   }
   // Bytes this rank holds of parameters, of gradients (after backward), of optimizer state.
-  std::array<int64_t, 3> held_bytes() {
-    std::array<int64_t, 3> bytes{};
+  std::array<int64_t, 4> held_bytes() {
+    std::array<int64_t, 4> bytes{};
     for (const rg::Tensor& p : held_parameters()) {
       bytes[0] += int64_t(p.nbytes());
       if (p.grad().defined()) bytes[1] += int64_t(p.grad().nbytes());
@@ -397,24 +397,24 @@ gpt::Plan plan_of(const GPTConfig& config, gpt::PlanLayout& layout) {
 void print_plan(const GPTConfig& config, gpt::PlanLayout layout) {
   const gpt::Plan p = plan_of(config, layout);
   std::printf("plan: world %lld = dp %lld x pp %lld x cp %lld x tp %lld, strategy %s, %lld x %lld sequences per "
-              "replica, precision %s, recompute %s\n%5s %14s %14s %14s %14s %14s\n",
+              "replica, precision %s, recompute %s\n%5s %14s %14s %14s %14s %14s %14s\n",
               static_cast<long long>(layout.world()), static_cast<long long>(layout.dp),
               static_cast<long long>(layout.pp), static_cast<long long>(layout.cp), static_cast<long long>(layout.tp),
               layout.strategy.c_str(), static_cast<long long>(layout.grad_accum),
               static_cast<long long>(layout.batch), layout.precision.c_str(), config.recompute.c_str(), "stage",
-              "params MB", "grads MB", "optimizer MB", "activations MB", "peak MB");
+              "params MB", "grads MB", "optimizer MB", "activations MB", "peak MB", "sent MB");
   for (size_t s = 0; s < p.ranks.size(); ++s) {
     const gpt::RankPlan& r = p.ranks[s];
-    std::printf("%5zu %14.3f %14.3f %14.3f %14.3f %14.3f\n", s, r.params / 1e6, r.grads / 1e6, r.optim / 1e6,
-                r.activations / 1e6, r.peak / 1e6);
+    std::printf("%5zu %14.3f %14.3f %14.3f %14.3f %14.3f %14.3f\n", s, r.params / 1e6, r.grads / 1e6,
+                r.optim / 1e6, r.activations / 1e6, r.peak / 1e6, r.comm / 1e6);
   }
   const gpt::RankPlan& r = p.largest;
   std::printf("RESULT plan world=%lld strategy=%s dp=%lld cp=%lld tp=%lld pp=%lld recompute=%s grad_accum=%lld "
-              "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f activations_mb=%.6f peak_mb=%.6f\n",
+              "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f activations_mb=%.6f peak_mb=%.6f comm_mb=%.6f\n",
               static_cast<long long>(layout.world()), layout.strategy.c_str(), static_cast<long long>(layout.dp),
               static_cast<long long>(layout.cp), static_cast<long long>(layout.tp), static_cast<long long>(layout.pp),
               config.recompute.c_str(), static_cast<long long>(layout.grad_accum), r.params / 1e6, r.grads / 1e6,
-              r.optim / 1e6, r.activations / 1e6, r.peak / 1e6);
+              r.optim / 1e6, r.activations / 1e6, r.peak / 1e6, r.comm / 1e6);
 }
 
 // ---------------------------------------------------------------- generation
@@ -567,7 +567,8 @@ int main(int argc, char** argv) {
              "expected no --save or --resume with --tp or --pp above 1 (not yet)");
     const gpt::PlanLayout layout{.dp = dp, .pp = pp, .cp = cp, .tp = tp, .strategy = strategy, .batch = batch,
                                  .grad_accum = grad_accum, .micro_batches = pp > 1 ? micro_batches : 1,
-                                 .precision = precision.name};
+                                 .precision = precision.name,
+                                 .gradient_bytes = comm_hook.name == "none" ? 4 : 2};
     if (plan_only) {  // the plan for this run: printed, nothing trained
       if (world.is_main()) print_plan(config, layout);
       return 0;
@@ -706,7 +707,7 @@ int main(int argc, char** argv) {
     bar.start("gpt", steps, start_step, double(tokens_per_step), "tokens");
     MetricsLog log(log_options.path, world.is_main(), /*append=*/start_step > 0);
     RateMeter rate;
-    std::array<int64_t, 3> held{};  // bytes of parameters, gradients, optimizer state
+    std::array<int64_t, 4> held{};  // bytes of parameters, gradients, optimizer state; bytes sent
     char line[200];
     for (int64_t step = start_step; step < end; ++step) {
       const bool traced = !trace_path.empty() && step == start_step + 2;
@@ -721,20 +722,26 @@ int main(int argc, char** argv) {
 
       // --budget: the second step's bytes on each axis (the first may set things up).
       const bool budgeted = budget && step == start_step + 1;
+      // What this rank holds and sends in the second step (the first creates the optimizer's state).
+      const bool measured = step == std::min(start_step + 1, end - 1);
       std::array<par::Communicator*, 4> axes{&groups.tp, &groups.pp, &everyone, &groups.pp_tp};
-      if (budgeted)
+      if (budgeted || measured) {
         for (par::Communicator* c : axes) c->reset_wire_bytes();
+        mesh.group("cp").reset_wire_bytes();  // ring attention's
+      }
       trainer.zero_grad();
       const double local = on_my_part(x, y, [&](const rg::Tensor& xs, const rg::Tensor& ys) {
         return trainer.train_step(xs, ys);
       });
-      // What this rank holds in the second step (the first creates the optimizer's state).
-      const bool measured = step == std::min(start_step + 1, end - 1);
       if (measured) held = trainer.held_bytes();  // parameters and gradients, after backward
       trainer.clip(1.0);
       trainer.step();
       schedule.step();
-      if (measured) held[2] = trainer.held_bytes()[2];  // the optimizer's state, after its step
+      if (measured) {
+        held[2] = trainer.held_bytes()[2];  // the optimizer's state, after its step
+        for (par::Communicator* c : axes) held[3] += c->wire_bytes();  // every byte sent in the step
+        held[3] += mesh.group("cp").wire_bytes();
+      }
       if (budgeted) {
         std::array<int64_t, 4> sent{};
         for (size_t a = 0; a < axes.size(); ++a) sent[a] = axes[a]->wire_bytes();
@@ -783,19 +790,21 @@ int main(int argc, char** argv) {
     // optimizer state held in the second step, and the most held at once (rg::memory_stats).
     rg::Tensor memory = rg::from_vector(std::vector<double>{double(held[0]) / 1e6, double(held[1]) / 1e6,
                                                             double(held[2]) / 1e6,
-                                                            double(rg::memory_stats().peak_bytes) / 1e6},
-                                        {4}, {.dtype = rg::kFloat64});
+                                                            double(rg::memory_stats().peak_bytes) / 1e6,
+                                                            double(held[3]) / 1e6},
+                                        {5}, {.dtype = rg::kFloat64});
     world.communicator().all_reduce(memory, par::Reduce::Max);
     const std::vector<double> mb = memory.tolist<double>();
     if (check_plan && world.is_main()) {  // the plan beside what the run held
       gpt::PlanLayout l = layout;
       const gpt::RankPlan p = plan_of(config, l).largest;
       std::printf("memory of the largest rank, planned / held: parameters %.3f / %.3f MB, gradients %.3f / %.3f "
-                  "MB, optimizer %.3f / %.3f MB, peak %.3f / %.3f MB\n",
-                  p.params / 1e6, mb[0], p.grads / 1e6, mb[1], p.optim / 1e6, mb[2], p.peak / 1e6, mb[3]);
-      const char* names[] = {"params", "grads", "optim", "peak"};
-      const double planned[] = {p.params, p.grads, p.optim, p.peak};
-      for (int q = 0; q < 4; ++q)
+                  "MB, optimizer %.3f / %.3f MB, peak %.3f / %.3f MB; sent in step 2: %.3f / %.3f MB\n",
+                  p.params / 1e6, mb[0], p.grads / 1e6, mb[1], p.optim / 1e6, mb[2], p.peak / 1e6, mb[3],
+                  p.comm / 1e6, mb[4]);
+      const char* names[] = {"params", "grads", "optim", "peak", "comm"};
+      const double planned[] = {p.params, p.grads, p.optim, p.peak, p.comm};
+      for (int q = 0; q < 5; ++q)
         std::printf("CHECK plan_%s_mb predicted=%.6f measured=%.6f\n", names[q], planned[q] / 1e6, mb[size_t(q)]);
     }
     const double val = validation_loss();
@@ -833,11 +842,11 @@ int main(int argc, char** argv) {
     if (world.is_main())
       std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d tp=%d pp=%d val_loss=%.4f "
                   "unigram_loss=%.4f tokens_per_s=%.0f precision=%s comm_hook=%s recompute=%s grad_accum=%lld "
-                  "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f peak_mb=%.6f model_gflops=%.2f mfu=%.3f "
-                  "gemm_gflops=%.1f\n",
+                  "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f peak_mb=%.6f comm_mb=%.6f model_gflops=%.2f "
+                  "mfu=%.3f gemm_gflops=%.1f\n",
                   world.size(), strategy.c_str(), dp, cp, tp, pp, val, unigram, tokens_per_s, precision.name.c_str(),
                   comm_hook.name.c_str(), config.recompute.c_str(), static_cast<long long>(grad_accum), mb[0],
-                  mb[1], mb[2], mb[3], flops / 1e9, flops / peak_flops, peak_flops / 1e9);
+                  mb[1], mb[2], mb[3], mb[4], flops / 1e9, flops / peak_flops, peak_flops / 1e9);
     return 0;
   });
 }

@@ -4,9 +4,10 @@
 #   tests/check_gpt_plan.sh RGRUN GPT [ARGS...]
 #
 # For each layout below (strategies, tensor, pipeline and context parallelism, recomputation,
-# precision, accumulation), `gpt --plan --world N` predicts, and a 3-step run under
-# `RGRUN -n N` measures, the largest rank's parameters, gradients and optimizer state (which
-# must agree to the byte) and its peak tensor memory (within 10%). Prints one line per
+# precision, accumulation, a 16-bit comm hook), `gpt --plan --world N` predicts, and a 3-step run under
+# `RGRUN -n N` measures, the largest rank's parameters, gradients and optimizer state and the
+# bytes it sends in a step (which must agree to the byte), and its peak tensor memory (within
+# 10%). Prints one line per
 # layout with the measured/predicted ratio of the peak. ctest runs it as example_gpt_plan.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 RGRUN GPT [ARGS...]" >&2; exit 2; }
@@ -24,7 +25,7 @@ check() {  # N, then the layout's flags
   run=$("$rgrun" -n "$n" "$gpt" "${model[@]}" "$@" 2>&1 | grep '^RESULT example=gpt') ||
     { echo "FAILED: no run for -n $n $*" >&2; status=1; return; }
   local ok=1 q
-  for q in params_mb grads_mb optim_mb; do
+  for q in params_mb grads_mb optim_mb comm_mb; do
     [ "$(echo "$plan" | field $q)" = "$(echo "$run" | field $q)" ] ||
       { echo "FAILED: -n $n $*: $q predicted $(echo "$plan" | field $q), measured $(echo "$run" | field $q)" >&2; ok=0; }
   done
@@ -48,6 +49,8 @@ check 2 --strategy ddp --grad-accum 2 --batch-size 4
 check 2 --strategy zero2 --grad-accum 2 --batch-size 4 --recompute full
 check 2 --strategy ddp --precision bf16
 check 2 --strategy fsdp --dp 1 --cp 2
+check 2 --strategy ddp --dp 1 --cp 2 --recompute full
+check 2 --strategy zero1 --comm-hook bf16
 check 2 --dp 1 --tp 2
 check 2 --dp 1 --pp 2 --micro-batches 4
 check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 --recompute selective

@@ -5,9 +5,9 @@
 //
 // `gpt --plan --world N` prints these for the run its other flags describe, without training
 // (RESULT plan …); a real run prints the measured figures under the same names (RESULT
-// example=gpt … params_mb= grads_mb= optim_mb= peak_mb=), and tests/check_gpt_plan.sh holds
-// the two to each other: parameters, gradients and optimizer state to the byte, the peak
-// within 10%.
+// example=gpt … params_mb= grads_mb= optim_mb= peak_mb= comm_mb=), and tests/check_gpt_plan.sh holds
+// the two to each other: parameters, gradients, optimizer state and the bytes sent to the
+// byte, the peak within 10%.
 //
 // Every figure is one rank's, in bytes (float32 parameters: 4 per number), and the plan
 // reports the largest over the mesh's ranks. With P the parameters a rank trains:
@@ -31,6 +31,13 @@
 //               stage s holds min(m, p − s), each of b = batch/m rows, and a stage that sends
 //               keeps its output for backward. --grad-accum N: one micro-batch of --batch-size
 //               at a time.
+//   sent        the bytes one step sends, as the communicators count them (an all-reduce of n
+//               bytes over g ranks 2(g−1)/g·n, a broadcast or reduce (g−1)/g·n, an all-gather
+//               (g−1)·its input, a reduce-scatter (g−1)/g·its whole input, a send all of it):
+//               DDP's buckets; ZeRO-1's broadcasts and ZeRO-2's reduces; FSDP's gathers (each
+//               block twice per micro-batch, the root once) and reduce-scatters; tp's and pp's
+//               (gpt/budget.h, again for the recomputed forward's all-reduces); ring attention's
+//               K, V, dK, dV passes; the clipping norm's all-reduce.
 //   peak        the largest of the step's moments: the state between steps (parameters,
 //               DDP's gradient buckets where DDP averages, optimizer state, the step's batch)
 //               plus, at the start of backward, every activation and the logits' gradient;
@@ -45,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "budget.h"  // all_reduce_bytes, broadcast_bytes: the communicators' count
 #include "model.h"
 
 namespace gpt {
@@ -57,12 +65,14 @@ struct PlanLayout {
   int64_t micro_batches = 1;       // pipeline micro-batches per forward (pp > 1)
   std::string precision = "fp32";  // fp32 | bf16 | fp16: autocast over float32 parameters
   bool merge_is_view = true;       // attention's output already in out_proj's layout (fused kernel)
+  int64_t gradient_bytes = 4;      // a gradient on DDP's wire: 4, or 2 (a 16-bit comm hook)
   int64_t world() const { return dp * pp * cp * tp; }
 };
 
 // One rank's figures, in bytes.
 struct RankPlan {
   double params = 0, grads = 0, optim = 0, activations = 0, peak = 0;
+  double comm = 0;  // bytes sent in one step, as the communicators count them
 };
 
 struct Plan {
@@ -186,12 +196,15 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     const std::vector<ParamTensor> ts = parameter_tensors(c, l.tp, s, l.pp);
     RankPlan r;
     double numel = 0, gathered = 0;  // fsdp: the units gathered at the peak
+    double unit_shards = 0, root_shard = 0;  // fsdp: numbers of the block units' shards, and the root's
     for (const ParamTensor& p : ts) numel += double(p.numel);
     if (sharded) {
       std::vector<double> unit(size_t(c.layers + 1), 0);
       for (const ParamTensor& p : ts) unit[size_t(p.unit)] += double(p.numel);
       double shards = 0;
       for (double u : unit) shards += std::ceil(u / double(n));
+      root_shard = std::ceil(unit[0] / double(n));
+      unit_shards = shards - root_shard;
       // At the start of backward: the root unit (gathered for the whole step), the last block
       // (gathered again for its backward) and the one before it (prefetched).
       const double block = *std::max_element(unit.begin() + 1, unit.end());
@@ -235,15 +248,52 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     // The start of backward: the logits' gradient (and the loss's own, under tp/pp).
     // (Under autocast the loss's float32 gradient is cast to bfloat16 for the head's GEMM.)
     const double logits_grad = !last ? 0 : four_d ? 2 * 4 * logits : l.precision == "fp32" ? 4 * logits : 6 * logits;
-    double moment = r.activations + logits_grad + gathered;
+    // Ring attention's buffers in flight (context parallelism): K and V received, dK and dV
+    // travelling with them.
+    const double ring = l.cp > 1 ? 4 * 4 * bTE / double(l.tp) : 0;
+    double moment = r.activations + logits_grad + gathered + ring;
     // A recomputed block's backward: its whole activations at once, and at the MLP's
     // backward the gradients of the hidden layer before and after GELU, of the block's
     // input and of fc's weight.
     if (c.recompute != "none")
-      moment = std::max(moment, r.activations - (last ? k.head : 0) + k.block_whole - k.block +
+      moment = std::max(moment, r.activations - (last ? k.head : 0) + k.block_whole - k.block + ring +
                                     4 * (6 * bTE / double(l.tp) + bTE + 4 * E * E / double(l.tp)));
     moment = std::max(moment, ddp_buckets ? 0.0 : 4 * numel);  // the end of backward: the gradients
     r.peak = state + moment;
+
+    // Bytes sent in one step (parallel/communicator.h counts an all-reduce of n bytes over g
+    // ranks as 2(g−1)/g·n, a broadcast or reduce (g−1)/g·n, an all-gather (g−1)·its input,
+    // a reduce-scatter (g−1)/g·its whole input, a send all of it), per mesh axis:
+    const double forwards = double(l.grad_accum);  // forward_backward calls (pipeline) / micro-batches
+    const double act = 4 * b * T * E;               // one micro-batch's activation, in bytes
+    const int64_t t = l.tp;
+    if (t > 1) {  // tp: per block f's backward and g's forward, for attention and the MLP (budget.h)
+      const double extra = c.recompute == "full" ? 2 : c.recompute == "selective" ? 1 : 0;  // g again
+      r.comm += forwards * m * (all_reduce_bytes(act, t) * ((4 + extra) * blocks + first + last) +
+                                (last ? 3 * all_reduce_bytes(4 * b * T, t) : 0));
+    }
+    if (l.pp > 1) {  // pp: activations forward (after a header) and gradients back, the loss, the tied embedding
+      r.comm += forwards * ((last ? 0 : m * (80 + act)) + (first ? 0 : m * act) + broadcast_bytes(8, l.pp));
+      r.comm += all_reduce_bytes(4 * V / double(t) * E, l.pp);
+    }
+    if (l.cp > 1) {  // ring attention, per block: K, V around the ring forward and backward, dK, dV all the way
+      const int64_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads;
+      const double chunk = 4 * b * T * double(c.d_model / c.heads * kv) / double(t), p = double(l.cp);
+      const double sends = 4 * (p - 1) + 2 * p + (c.recompute == "full" ? 2 * (p - 1) : 0);
+      r.comm += forwards * m * blocks * sends * chunk;
+    }
+    // The data-parallel group (dp·cp): the gradients' average, as each strategy makes it.
+    const double grads = 4 * numel;
+    if (sharded) {  // fsdp: each block unit gathered for forward and backward, the root once; reduce-scattered
+      r.comm += forwards * double(n - 1) * 4 * (root_shard + 2 * unit_shards) +
+                double(n - 1) * 4 * (root_shard + unit_shards) + all_reduce_bytes(8, n);
+    } else if (l.strategy == "zero2") {  // each gradient reduced to its owner; each parameter broadcast back
+      r.comm += 2 * broadcast_bytes(grads, n) + all_reduce_bytes(8, n);
+    } else {
+      r.comm += all_reduce_bytes(double(l.gradient_bytes) * numel, n);  // DDP's buckets
+      if (l.strategy == "zero1") r.comm += broadcast_bytes(grads, n) + all_reduce_bytes(8, n);
+    }
+    if (four_d) r.comm += all_reduce_bytes(8, l.pp * t);  // the gradient norm over one whole model
     result.ranks.push_back(r);
   }
   for (const RankPlan& r : result.ranks) {
@@ -252,6 +302,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     result.largest.optim = std::max(result.largest.optim, r.optim);
     result.largest.activations = std::max(result.largest.activations, r.activations);
     result.largest.peak = std::max(result.largest.peak, r.peak);
+    result.largest.comm = std::max(result.largest.comm, r.comm);
   }
   return result;
 }
