@@ -21,7 +21,9 @@
 //               (one float64 per tensor), for the tensors this rank steps: all, the owned
 //               ones (zero1, zero2), or one flat shard per unit (fsdp).
 //   activations what forward keeps for backward (examples/memory_budget.cpp derives the
-//               float32 counts; GPT-2 blocks): per block 16·b·T·E + (4 + H)·b·T numbers for
+//               float32 counts; GPT-2 blocks only, so far: Llama's options keep more — RMSNorm
+//               its normalised input, rotary embeddings rotated copies of q and k, SwiGLU five
+//               hidden-sized tensors — and gpt --plan prints no activations or peak for them): per block 16·b·T·E + (4 + H)·b·T numbers for
 //               b sequences of T tokens (T/cp under context parallelism), E wide, H heads;
 //               with --tp t the attention's and MLP's inner tensors are split:
 //               4·bTE + 12·bTE/t + (4 + H/t)·bT; --recompute selective keeps the attention
