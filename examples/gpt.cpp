@@ -394,6 +394,11 @@ gpt::Plan plan_of(const GPTConfig& config, gpt::PlanLayout& layout) {
   return gpt::plan(config, layout);
 }
 
+// Whether the plan has the activations and the peak: every block in float32, GPT-2's under autocast.
+bool peak_planned(const GPTConfig& config, const gpt::PlanLayout& layout) {
+  return config.gpt2() || layout.precision == "fp32";
+}
+
 void print_plan(const GPTConfig& config, gpt::PlanLayout layout) {
   const gpt::Plan p = plan_of(config, layout);
   std::printf("plan: world %lld = dp %lld x pp %lld x cp %lld x tp %lld, strategy %s, %lld x %lld sequences per "
@@ -409,18 +414,18 @@ void print_plan(const GPTConfig& config, gpt::PlanLayout layout) {
                 r.optim / 1e6, r.activations / 1e6, r.peak / 1e6, r.comm / 1e6);
   }
   const gpt::RankPlan& r = p.largest;
-  if (!config.gpt2())
-    std::printf("(activations and peak: GPT-2's blocks' formulas, not yet Llama's: --norm %s --pos %s --mlp %s "
-                "--kv-heads %lld keep more, not predicted; parameters, gradients, optimizer state and bytes sent "
-                "hold for every block)\n",
-                config.norm.c_str(), config.pos.c_str(), config.mlp.c_str(), static_cast<long long>(config.kv_heads));
+  if (!peak_planned(config, layout))
+    std::printf("(activations and peak: not planned for Llama's blocks under --precision %s yet, only in "
+                "float32; parameters, gradients, optimizer state and bytes sent are)\n",
+                layout.precision.c_str());
   std::printf("RESULT plan world=%lld strategy=%s dp=%lld cp=%lld tp=%lld pp=%lld recompute=%s grad_accum=%lld "
               "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f comm_mb=%.6f",
               static_cast<long long>(layout.world()), layout.strategy.c_str(), static_cast<long long>(layout.dp),
               static_cast<long long>(layout.cp), static_cast<long long>(layout.tp), static_cast<long long>(layout.pp),
               config.recompute.c_str(), static_cast<long long>(layout.grad_accum), r.params / 1e6, r.grads / 1e6,
               r.optim / 1e6, r.comm / 1e6);
-  if (config.gpt2()) std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
+  if (peak_planned(config, layout))
+    std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
   std::printf("\n");
 }
 
@@ -812,7 +817,7 @@ int main(int argc, char** argv) {
       const char* names[] = {"params", "grads", "optim", "peak", "comm"};
       const double planned[] = {p.params, p.grads, p.optim, p.peak, p.comm};
       for (int q = 0; q < 5; ++q)
-        if (q != 3 || config.gpt2())  // the peak: GPT-2's blocks only (print_plan says why)
+        if (q != 3 || peak_planned(config, l))  // print_plan says when it is not
           std::printf("CHECK plan_%s_mb predicted=%.6f measured=%.6f\n", names[q], planned[q] / 1e6, mb[size_t(q)]);
     }
     const double val = validation_loss();

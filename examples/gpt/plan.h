@@ -21,9 +21,8 @@
 //               (one float64 per tensor), for the tensors this rank steps: all, the owned
 //               ones (zero1, zero2), or one flat shard per unit (fsdp).
 //   activations what forward keeps for backward (examples/memory_budget.cpp derives the
-//               float32 counts; GPT-2 blocks only, so far: Llama's options keep more — RMSNorm
-//               its normalised input, rotary embeddings rotated copies of q and k, SwiGLU five
-//               hidden-sized tensors — and gpt --plan prints no activations or peak for them): per block 16·b·T·E + (4 + H)·b·T numbers for
+//               float32 counts for GPT-2's blocks; Llama's options, which keep more, are in
+//               bytes_kept; under autocast GPT-2's only, and gpt --plan says so): per block 16·b·T·E + (4 + H)·b·T numbers for
 //               b sequences of T tokens (T/cp under context parallelism), E wide, H heads;
 //               with --tp t the attention's and MLP's inner tensors are split:
 //               4·bTE + 12·bTE/t + (4 + H/t)·bT; --recompute selective keeps the attention
@@ -148,6 +147,7 @@ inline std::vector<int64_t> zero_owners(const std::vector<ParamTensor>& ts, int6
 struct Kept {
   double block = 0, head = 0;  // bytes
   double block_whole = 0;      // bytes of one block without recomputation (its recomputation's peak)
+  double mlp_grads = 0;        // bytes of the MLP's gradients alive at once in its backward
 };
 
 inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
@@ -155,13 +155,30 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
   const double V = double(GPTConfig::vocab), bTE = b * T * E, bT = b * T;
   const double merge = l.merge_is_view ? 0 : bTE / t;  // the heads merged by a copy (the GEMM route)
   Kept k;
+  // The MLP's backward: the hidden layer's gradients before and after GELU, the block input's,
+  // fc's weight's (SwiGLU: those of w1's, w3's and the product, and their weights').
+  const double hidden = double((8 * c.d_model / 3 + 7) / 8 * 8);
+  k.mlp_grads = c.mlp == "swiglu" ? 4 * (3 * b * T * hidden + bTE + 2 * hidden * E)
+                                  : 4 * (6 * bTE / t + bTE + 4 * E * E / t);
   if (l.precision == "fp32") {
-    const double whole = 4 * (4 * bTE + 12 * bTE / t + merge + (4 + H / t) * bT);
+    // Llama's options, measured per block beside GPT-2's (numbers; tp 1: the 4D path takes
+    // GPT-2's blocks only): RMSNorm keeps its normalised input beside its input, and one
+    // statistic a row instead of two; grouped-query attention smaller k and v, and (for
+    // 1 < K < H heads) k and v repeated for the heads; rotary embeddings rotated q and k and
+    // contiguous copies of q, k and v; SwiGLU five hidden-sized tensors (w1's and w3's outputs,
+    // silu's input and output, their product) instead of GELU's two of 4E.
+    const double kv = c.kv_heads == 0 ? H : double(c.kv_heads), r = kv / H;
+    double attention_extra = 0, mlp_extra = 0;
+    if (c.norm == "rmsnorm") attention_extra += bTE - bT, mlp_extra += bTE - bT;
+    if (kv < H) attention_extra += -2 * (1 - r) * bTE + (kv > 1 ? 2 * bTE : 0);
+    if (c.pos == "rope") attention_extra += (2 + 3 * r) * bTE;
+    if (c.mlp == "swiglu") mlp_extra += 5 * hidden * bT - 8 * bTE;
+    const double whole = 4 * (4 * bTE + 12 * bTE / t + merge + (4 + H / t) * bT + attention_extra + mlp_extra);
     k.block_whole = whole;
     if (c.recompute == "full")
       k.block = 4 * bTE;
     else if (c.recompute == "selective")
-      k.block = 4 * (3 * bTE + 4 * bTE / t + merge + (2 + H / t) * bT);
+      k.block = 4 * (3 * bTE + 4 * bTE / t + merge + (2 + H / t) * bT + attention_extra);
     else
       k.block = whole;
     k.head = 4 * (2 * bTE + 2 * bT + bT * V / t + bT);
@@ -254,12 +271,9 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     // travelling with them.
     const double ring = l.cp > 1 ? 4 * 4 * bTE / double(l.tp) : 0;
     double moment = r.activations + logits_grad + gathered + ring;
-    // A recomputed block's backward: its whole activations at once, and at the MLP's
-    // backward the gradients of the hidden layer before and after GELU, of the block's
-    // input and of fc's weight.
+    // A recomputed block's backward: its whole activations at once, and the MLP's gradients.
     if (c.recompute != "none")
-      moment = std::max(moment, r.activations - (last ? k.head : 0) + k.block_whole - k.block + ring +
-                                    4 * (6 * bTE / double(l.tp) + bTE + 4 * E * E / double(l.tp)));
+      moment = std::max(moment, r.activations - (last ? k.head : 0) + k.block_whole - k.block + ring + k.mlp_grads);
     moment = std::max(moment, ddp_buckets ? 0.0 : 4 * numel);  // the end of backward: the gradients
     r.peak = state + moment;
 
