@@ -120,6 +120,7 @@
 #include "gpt/model.h"     // the model: GPTConfig, Block, GPT
 #include "gpt/parallel.h"  // its tensor- and pipeline-parallel pieces: ParallelBlock, Stage
 #include "gpt/plan.h"      // --plan: what each rank will hold, before the run
+#include "gpt/report.h"    // --budget, --plan, --check-plan: the formulas beside the measurements
 #include "gpt_text.h"
 #include "metrics_log.h"
 #include "mfu.h"  // model FLOPs utilisation: the machine's yardstick
@@ -135,6 +136,9 @@ namespace {
 using gpt::Block;
 using gpt::GPT;
 using gpt::GPTConfig;
+using gpt::peak_planned;
+using gpt::print_budget;
+using gpt::print_plan;
 using gpt::Groups;
 using gpt::Stage;
 
@@ -213,8 +217,8 @@ struct Trainer {
     return fsdp ? fsdp->parameters() : pipeline ? stage->parameters() : model.parameters();
   }
   // Bytes this rank holds of parameters, of gradients (after backward), of optimizer state.
-  std::array<int64_t, 4> held_bytes() {
-    std::array<int64_t, 4> bytes{};
+  std::array<int64_t, 3> held_bytes() {
+    std::array<int64_t, 3> bytes{};
     for (const rg::Tensor& p : held_parameters()) {
       bytes[0] += int64_t(p.nbytes());
       if (p.grad().defined()) bytes[1] += int64_t(p.grad().nbytes());
@@ -349,85 +353,6 @@ struct Trainer {
       adamw->load_state_dict(optim_state, meta);
   }
 };
-
-// ---------------------------------------------------------------- --budget
-
-// Every rank's parameters and bytes sent per axis (tp, pp, data, norm) in one step, gathered
-// on rank 0 and printed beside gpt/budget.h's predictions: a table, then one CHECK line
-// per rank and quantity. A collective: every rank calls it.
-void print_budget(par::World& world, const GPTConfig& config, int64_t batch, const gpt::BudgetLayout& layout,
-                  const std::vector<rg::Tensor>& params, const std::array<int64_t, 4>& sent) {
-  const gpt::Budget p = gpt::predict_budget(config, batch, layout);
-  int64_t held = 0;
-  for (const rg::Tensor& t : params) held += t.numel();
-  const std::vector<double> mine{double(layout.stage), p.params, double(held), p.tp_bytes, double(sent[0]),
-                                 p.pp_bytes, double(sent[1]), p.data_bytes, double(sent[2]), p.norm_bytes,
-                                 double(sent[3])};
-  constexpr size_t kFields = 11;
-  std::vector<double> all = world.communicator()
-                                .all_gather(rg::from_vector(mine, {int64_t(kFields)}, {.dtype = rg::kFloat64}))
-                                .tolist<double>();
-  if (!world.is_main()) return;
-  std::printf("budget of step 2, per rank: parameters held and bytes sent on each axis, predicted / measured\n"
-              "%4s %5s %22s %24s %24s %24s %14s\n", "rank", "stage", "parameters", "tp bytes", "pp bytes",
-              "data bytes", "norm bytes");
-  const char* names[] = {"params", "tp_bytes", "pp_bytes", "data_bytes", "norm_bytes"};
-  for (int r = 0; r < world.size(); ++r) {
-    const double* v = &all[size_t(r) * kFields];
-    std::printf("%4d %5.0f %10.0f /%10.0f %11.0f /%11.0f %11.0f /%11.0f %11.0f /%11.0f %6.0f /%6.0f\n", r, v[0],
-                v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]);
-  }
-  for (int r = 0; r < world.size(); ++r)
-    for (size_t q = 0; q < 5; ++q)
-      std::printf("CHECK budget_rank%d_%s predicted=%.0f measured=%.0f\n", r, names[q],
-                  all[size_t(r) * kFields + 1 + 2 * q], all[size_t(r) * kFields + 2 + 2 * q]);
-}
-
-// ---------------------------------------------------------------- --plan
-
-// What each rank will hold (gpt/plan.h), per pipeline stage, then the largest rank's as
-// RESULT plan …, in the fields a run's RESULT line measures.
-gpt::Plan plan_of(const GPTConfig& config, gpt::PlanLayout& layout) {
-  const int64_t head_dim = config.d_model / config.heads;  // the route this CPU's attention takes
-  layout.merge_is_view = rg::cpu_attention_kernel(head_dim, head_dim, false, true) == "fused" &&
-                         rg::cpu_attention_kernel(head_dim, head_dim, true, true) == "fused";
-  return gpt::plan(config, layout);
-}
-
-// Whether the plan has the activations and the peak: every block in float32, GPT-2's under autocast.
-bool peak_planned(const GPTConfig& config, const gpt::PlanLayout& layout) {
-  return config.gpt2() || layout.precision == "fp32";
-}
-
-void print_plan(const GPTConfig& config, gpt::PlanLayout layout) {
-  const gpt::Plan p = plan_of(config, layout);
-  std::printf("plan: world %lld = dp %lld x pp %lld x cp %lld x tp %lld, strategy %s, %lld x %lld sequences per "
-              "replica, precision %s, recompute %s\n%5s %14s %14s %14s %14s %14s %14s\n",
-              static_cast<long long>(layout.world()), static_cast<long long>(layout.dp),
-              static_cast<long long>(layout.pp), static_cast<long long>(layout.cp), static_cast<long long>(layout.tp),
-              layout.strategy.c_str(), static_cast<long long>(layout.grad_accum),
-              static_cast<long long>(layout.batch), layout.precision.c_str(), config.recompute.c_str(), "stage",
-              "params MB", "grads MB", "optimizer MB", "activations MB", "peak MB", "sent MB");
-  for (size_t s = 0; s < p.ranks.size(); ++s) {
-    const gpt::RankPlan& r = p.ranks[s];
-    std::printf("%5zu %14.3f %14.3f %14.3f %14.3f %14.3f %14.3f\n", s, r.params / 1e6, r.grads / 1e6,
-                r.optim / 1e6, r.activations / 1e6, r.peak / 1e6, r.comm / 1e6);
-  }
-  const gpt::RankPlan& r = p.largest;
-  if (!peak_planned(config, layout))
-    std::printf("(activations and peak: not planned for Llama's blocks under --precision %s yet, only in "
-                "float32; parameters, gradients, optimizer state and bytes sent are)\n",
-                layout.precision.c_str());
-  std::printf("RESULT plan world=%lld strategy=%s dp=%lld cp=%lld tp=%lld pp=%lld recompute=%s grad_accum=%lld "
-              "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f comm_mb=%.6f",
-              static_cast<long long>(layout.world()), layout.strategy.c_str(), static_cast<long long>(layout.dp),
-              static_cast<long long>(layout.cp), static_cast<long long>(layout.tp), static_cast<long long>(layout.pp),
-              config.recompute.c_str(), static_cast<long long>(layout.grad_accum), r.params / 1e6, r.grads / 1e6,
-              r.optim / 1e6, r.comm / 1e6);
-  if (peak_planned(config, layout))
-    std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
-  std::printf("\n");
-}
 
 // ---------------------------------------------------------------- generation
 
@@ -580,6 +505,7 @@ int main(int argc, char** argv) {
     const gpt::PlanLayout layout{.dp = dp, .pp = pp, .cp = cp, .tp = tp, .strategy = strategy, .batch = batch,
                                  .grad_accum = grad_accum, .micro_batches = pp > 1 ? micro_batches : 1,
                                  .precision = precision.name,
+                                 .merge_is_view = gpt::attention_merge_is_view(config),
                                  .gradient_bytes = comm_hook.name == "none" ? 4 : 2};
     if (plan_only) {  // the plan for this run: printed, nothing trained
       if (world.is_main()) print_plan(config, layout);
@@ -719,7 +645,8 @@ int main(int argc, char** argv) {
     bar.start("gpt", steps, start_step, double(tokens_per_step), "tokens");
     MetricsLog log(log_options.path, world.is_main(), /*append=*/start_step > 0);
     RateMeter rate;
-    std::array<int64_t, 4> held{};  // bytes of parameters, gradients, optimizer state; bytes sent
+    std::array<int64_t, 3> held{};  // bytes of parameters, gradients, optimizer state
+    int64_t sent = 0;               // bytes sent
     char line[200];
     for (int64_t step = start_step; step < end; ++step) {
       const bool traced = !trace_path.empty() && step == start_step + 2;
@@ -736,11 +663,10 @@ int main(int argc, char** argv) {
       const bool budgeted = budget && step == start_step + 1;
       // What this rank holds and sends in the second step (the first creates the optimizer's state).
       const bool measured = step == std::min(start_step + 1, end - 1);
-      std::array<par::Communicator*, 4> axes{&groups.tp, &groups.pp, &everyone, &groups.pp_tp};
-      if (budgeted || measured) {
+      // Every group a step sends on: budget.h's four axes, then ring attention's cp group.
+      std::array<par::Communicator*, 5> axes{&groups.tp, &groups.pp, &everyone, &groups.pp_tp, &mesh.group("cp")};
+      if (budgeted || measured)
         for (par::Communicator* c : axes) c->reset_wire_bytes();
-        mesh.group("cp").reset_wire_bytes();  // ring attention's
-      }
       trainer.zero_grad();
       const double local = on_my_part(x, y, [&](const rg::Tensor& xs, const rg::Tensor& ys) {
         return trainer.train_step(xs, ys);
@@ -751,16 +677,16 @@ int main(int argc, char** argv) {
       schedule.step();
       if (measured) {
         held[2] = trainer.held_bytes()[2];  // the optimizer's state, after its step
-        for (par::Communicator* c : axes) held[3] += c->wire_bytes();  // every byte sent in the step
-        held[3] += mesh.group("cp").wire_bytes();
+        sent = 0;
+        for (par::Communicator* c : axes) sent += c->wire_bytes();  // every byte sent in the step
       }
       if (budgeted) {
-        std::array<int64_t, 4> sent{};
-        for (size_t a = 0; a < axes.size(); ++a) sent[a] = axes[a]->wire_bytes();
+        std::array<int64_t, 4> per_axis{};  // budget.h's axes: tp, pp, data, norm
+        for (size_t a = 0; a < per_axis.size(); ++a) per_axis[a] = axes[a]->wire_bytes();
         print_budget(world, config, batch, {.dp = dp, .pp = pp, .tp = tp, .micro_batches = pp > 1 ? micro_batches : 1,
                                             .stage = groups.pp_rank,
                                             .gradient_bytes = comm_hook.name == "none" ? 4 : 2},
-                     trainer.pipeline ? trainer.stage->parameters() : model.parameters(), sent);
+                     trainer.pipeline ? trainer.stage->parameters() : model.parameters(), per_axis);
       }
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (step > start_step) seconds += elapsed, timed_tokens += tokens_per_step;  // not the first: warm-up
@@ -803,13 +729,12 @@ int main(int argc, char** argv) {
     rg::Tensor memory = rg::from_vector(std::vector<double>{double(held[0]) / 1e6, double(held[1]) / 1e6,
                                                             double(held[2]) / 1e6,
                                                             double(rg::memory_stats().peak_bytes) / 1e6,
-                                                            double(held[3]) / 1e6},
+                                                            double(sent) / 1e6},
                                         {5}, {.dtype = rg::kFloat64});
     world.communicator().all_reduce(memory, par::Reduce::Max);
     const std::vector<double> mb = memory.tolist<double>();
     if (check_plan && world.is_main()) {  // the plan beside what the run held
-      gpt::PlanLayout l = layout;
-      const gpt::RankPlan p = plan_of(config, l).largest;
+      const gpt::RankPlan p = gpt::plan(config, layout).largest;
       std::printf("memory of the largest rank, planned / held: parameters %.3f / %.3f MB, gradients %.3f / %.3f "
                   "MB, optimizer %.3f / %.3f MB, peak %.3f / %.3f MB; sent in step 2: %.3f / %.3f MB\n",
                   p.params / 1e6, mb[0], p.grads / 1e6, mb[1], p.optim / 1e6, mb[2], p.peak / 1e6, mb[3],
@@ -817,7 +742,7 @@ int main(int argc, char** argv) {
       const char* names[] = {"params", "grads", "optim", "peak", "comm"};
       const double planned[] = {p.params, p.grads, p.optim, p.peak, p.comm};
       for (int q = 0; q < 5; ++q)
-        if (q != 3 || peak_planned(config, l))  // print_plan says when it is not
+        if (q != 3 || peak_planned(config, layout))  // print_plan says when it is not
           std::printf("CHECK plan_%s_mb predicted=%.6f measured=%.6f\n", names[q], planned[q] / 1e6, mb[size_t(q)]);
     }
     const double val = validation_loss();

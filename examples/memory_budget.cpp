@@ -132,10 +132,7 @@ int main(int argc, char** argv) {
       double predicted, measured;
     };
     // The attention's route decides whether merging its heads costs a copy (see the top).
-    const auto fused = [&](bool backward) {
-      return rg::cpu_attention_kernel(c.d_model / c.heads, c.d_model / c.heads, backward, true) == "fused";
-    };
-    const bool merge_is_view = fused(false) && fused(true);
+    const bool merge_is_view = gpt::attention_merge_is_view(c);
     // float32 and autocast: the planner's formulas (gpt/plan.h, the same ones, in bytes).
     const gpt::Kept kept = gpt::bytes_kept(c, {.batch = batch, .precision = amp ? "bf16" : "fp32",
                                                .merge_is_view = merge_is_view}, B);

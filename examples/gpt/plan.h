@@ -126,6 +126,13 @@ inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp
   return out;
 }
 
+// Whether merging attention's heads for out_proj is a view (this CPU's fused kernel writes
+// them in its layout, for both passes) or a copy that out_proj keeps (the GEMM route).
+inline bool attention_merge_is_view(const GPTConfig& c) {
+  const int64_t d = c.d_model / c.heads;
+  return rg::cpu_attention_kernel(d, d, false, true) == "fused" && rg::cpu_attention_kernel(d, d, true, true) == "fused";
+}
+
 // ZeRO's owners (parallel/zero.cpp): largest first, each to the least loaded rank (ties:
 // the lower); returns each tensor's owner.
 inline std::vector<int64_t> zero_owners(const std::vector<ParamTensor>& ts, int64_t n) {

@@ -1,0 +1,89 @@
+// gpt/report.h — what examples/gpt.cpp prints about each rank's memory and traffic: the
+// formulas of gpt/budget.h (--budget) and gpt/plan.h (--plan) beside, or instead of, what
+// the run measured.
+#pragma once
+
+#include <ringgrad/parallel/world.h>
+#include <ringgrad/ringgrad.h>
+
+#include <array>
+#include <cstdio>
+#include <vector>
+
+#include "budget.h"
+#include "model.h"
+#include "plan.h"
+
+namespace gpt {
+
+namespace par = ringgrad::parallel;
+
+// Every rank's parameters and bytes sent per axis (tp, pp, data, norm) in one step, gathered
+// on rank 0 and printed beside gpt/budget.h's predictions: a table, then one CHECK line
+// per rank and quantity. A collective: every rank calls it.
+inline void print_budget(par::World& world, const GPTConfig& config, int64_t batch, const BudgetLayout& layout,
+                  const std::vector<rg::Tensor>& params, const std::array<int64_t, 4>& sent) {
+  const Budget p = predict_budget(config, batch, layout);
+  int64_t held = 0;
+  for (const rg::Tensor& t : params) held += t.numel();
+  const std::vector<double> mine{double(layout.stage), p.params, double(held), p.tp_bytes, double(sent[0]),
+                                 p.pp_bytes, double(sent[1]), p.data_bytes, double(sent[2]), p.norm_bytes,
+                                 double(sent[3])};
+  constexpr size_t kFields = 11;
+  std::vector<double> all = world.communicator()
+                                .all_gather(rg::from_vector(mine, {int64_t(kFields)}, {.dtype = rg::kFloat64}))
+                                .tolist<double>();
+  if (!world.is_main()) return;
+  std::printf("budget of step 2, per rank: parameters held and bytes sent on each axis, predicted / measured\n"
+              "%4s %5s %22s %24s %24s %24s %14s\n", "rank", "stage", "parameters", "tp bytes", "pp bytes",
+              "data bytes", "norm bytes");
+  const char* names[] = {"params", "tp_bytes", "pp_bytes", "data_bytes", "norm_bytes"};
+  for (int r = 0; r < world.size(); ++r) {
+    const double* v = &all[size_t(r) * kFields];
+    std::printf("%4d %5.0f %10.0f /%10.0f %11.0f /%11.0f %11.0f /%11.0f %11.0f /%11.0f %6.0f /%6.0f\n", r, v[0],
+                v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]);
+  }
+  for (int r = 0; r < world.size(); ++r)
+    for (size_t q = 0; q < 5; ++q)
+      std::printf("CHECK budget_rank%d_%s predicted=%.0f measured=%.0f\n", r, names[q],
+                  all[size_t(r) * kFields + 1 + 2 * q], all[size_t(r) * kFields + 2 + 2 * q]);
+}
+
+// What each rank will hold (gpt/plan.h), per pipeline stage, then the largest rank's as
+// RESULT plan …, in the fields a run's RESULT line measures.
+// Whether the plan has the activations and the peak: every block in float32, GPT-2's under autocast.
+inline bool peak_planned(const GPTConfig& config, const PlanLayout& layout) {
+  return config.gpt2() || layout.precision == "fp32";
+}
+
+inline void print_plan(const GPTConfig& config, const PlanLayout& layout) {
+  const Plan p = plan(config, layout);
+  std::printf("plan: world %lld = dp %lld x pp %lld x cp %lld x tp %lld, strategy %s, %lld x %lld sequences per "
+              "replica, precision %s, recompute %s\n%5s %14s %14s %14s %14s %14s %14s\n",
+              static_cast<long long>(layout.world()), static_cast<long long>(layout.dp),
+              static_cast<long long>(layout.pp), static_cast<long long>(layout.cp), static_cast<long long>(layout.tp),
+              layout.strategy.c_str(), static_cast<long long>(layout.grad_accum),
+              static_cast<long long>(layout.batch), layout.precision.c_str(), config.recompute.c_str(), "stage",
+              "params MB", "grads MB", "optimizer MB", "activations MB", "peak MB", "sent MB");
+  for (size_t s = 0; s < p.ranks.size(); ++s) {
+    const RankPlan& r = p.ranks[s];
+    std::printf("%5zu %14.3f %14.3f %14.3f %14.3f %14.3f %14.3f\n", s, r.params / 1e6, r.grads / 1e6,
+                r.optim / 1e6, r.activations / 1e6, r.peak / 1e6, r.comm / 1e6);
+  }
+  const RankPlan& r = p.largest;
+  if (!peak_planned(config, layout))
+    std::printf("(activations and peak: not planned for Llama's blocks under --precision %s yet, only in "
+                "float32; parameters, gradients, optimizer state and bytes sent are)\n",
+                layout.precision.c_str());
+  std::printf("RESULT plan world=%lld strategy=%s dp=%lld cp=%lld tp=%lld pp=%lld recompute=%s grad_accum=%lld "
+              "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f comm_mb=%.6f",
+              static_cast<long long>(layout.world()), layout.strategy.c_str(), static_cast<long long>(layout.dp),
+              static_cast<long long>(layout.cp), static_cast<long long>(layout.tp), static_cast<long long>(layout.pp),
+              config.recompute.c_str(), static_cast<long long>(layout.grad_accum), r.params / 1e6, r.grads / 1e6,
+              r.optim / 1e6, r.comm / 1e6);
+  if (peak_planned(config, layout))
+    std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
+  std::printf("\n");
+}
+
+}  // namespace gpt
