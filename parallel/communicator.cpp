@@ -43,21 +43,30 @@ static void check_reduce(const Tensor& t, Reduce op, const char* name) {
            "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
 }
 
-void Communicator::count_wire_bytes(double fraction, const Tensor& t) {
-  wire_bytes_ += static_cast<int64_t>(fraction * double(t.nbytes()));
+const char* collective_name(Collective kind) {
+  static const char* names[kCollectives] = {"all_reduce", "broadcast",  "reduce", "all_gather",
+                                            "reduce_scatter", "all_to_all", "send"};
+  return names[size_t(kind)];
+}
+
+void Communicator::count_wire_bytes(Collective kind, double fraction, const Tensor& t) {
+  const auto bytes = static_cast<int64_t>(fraction * double(t.nbytes()));
+  wire_bytes_ += bytes;
+  by_kind_[size_t(kind)].bytes += bytes;
+  if (size() > 1) ++by_kind_[size_t(kind)].operations;  // a world of one sends nothing
 }
 
 WorkHandle Communicator::all_reduce_async(Tensor& t, Reduce op) {
   check(t, "all_reduce");
   check_reduce(t, op, "all_reduce");
-  count_wire_bytes(2.0 * (size() - 1) / size(), t);
+  count_wire_bytes(Collective::AllReduce, 2.0 * (size() - 1) / size(), t);
   return do_all_reduce_async(t, op);
 }
 
 WorkHandle Communicator::broadcast_async(Tensor& t, int root) {
   check(t, "broadcast");
   check_rank(root, "broadcast", "root");
-  count_wire_bytes(double(size() - 1) / size(), t);
+  count_wire_bytes(Collective::Broadcast, double(size() - 1) / size(), t);
   return do_broadcast_async(t, root);
 }
 
@@ -65,7 +74,7 @@ WorkHandle Communicator::reduce_async(Tensor& t, int root, Reduce op) {
   check(t, "reduce");
   check_rank(root, "reduce", "root");
   check_reduce(t, op, "reduce");
-  count_wire_bytes(double(size() - 1) / size(), t);
+  count_wire_bytes(Collective::Reduce, double(size() - 1) / size(), t);
   return do_reduce_async(t, root, op);
 }
 
@@ -74,7 +83,7 @@ Tensor Communicator::all_gather(const Tensor& t) {
   Shape shape = t.shape();
   shape.insert(shape.begin(), size());
   Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
-  count_wire_bytes(size() - 1, t);
+  count_wire_bytes(Collective::AllGather, size() - 1, t);
   do_all_gather_async(out, t)->wait();
   return out;
 }
@@ -95,7 +104,7 @@ void Communicator::check_chunks(const Tensor& whole, const Tensor& part, const T
 
 WorkHandle Communicator::all_gather_async(Tensor& out, const Tensor& in) {
   check_chunks(out, in, out, "all_gather");
-  count_wire_bytes(size() - 1, in);
+  count_wire_bytes(Collective::AllGather, size() - 1, in);
   return do_all_gather_async(out, in);
 }
 
@@ -110,7 +119,7 @@ WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in) {
   RG_CHECK(in.numel() == out.numel() && in.numel() % size() == 0, "all_to_all",
            "expected in and out of one size, divisible into ", size(),
            " chunks (one per rank), got ", in.describe(), " and ", out.describe());
-  count_wire_bytes(double(size() - 1) / size(), in);
+  count_wire_bytes(Collective::AllToAll, double(size() - 1) / size(), in);
   return do_all_to_all_async(out, in);
 }
 
@@ -122,7 +131,7 @@ Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
   Shape shape = t.shape();
   shape[0] /= size();
   Tensor out = empty(shape, {.dtype = t.dtype(), .device = t.device()});
-  count_wire_bytes(double(size() - 1) / size(), t);
+  count_wire_bytes(Collective::ReduceScatter, double(size() - 1) / size(), t);
   do_reduce_scatter_async(out, t, op)->wait();
   return out;
 }
@@ -130,7 +139,7 @@ Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
 WorkHandle Communicator::reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) {
   check_chunks(in, out, out, "reduce_scatter");
   check_reduce(in, op, "reduce_scatter");
-  count_wire_bytes(double(size() - 1) / size(), in);
+  count_wire_bytes(Collective::ReduceScatter, double(size() - 1) / size(), in);
   return do_reduce_scatter_async(out, in, op);
 }
 
@@ -158,7 +167,7 @@ WorkHandle Communicator::send_async(const Tensor& t, int dst, int tag) {
   check(t, "send");
   check_rank(dst, "send", "dst");
   RG_CHECK(tag >= 0, "send", "expected a tag >= 0, got ", tag);
-  count_wire_bytes(1.0, t);
+  count_wire_bytes(Collective::Send, 1.0, t);
   return do_send_async(t, dst, tag);
 }
 

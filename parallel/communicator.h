@@ -15,6 +15,7 @@
 // GPU's compute stream after it and returns (the host waits when it reads).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -28,6 +29,12 @@
 namespace ringgrad::parallel {
 
 enum class Reduce { Sum, Avg, Max };
+
+// The kinds of operation a communicator counts its traffic by (wire_bytes(kind)).
+enum class Collective { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, AllToAll, Send };
+inline constexpr int kCollectives = 7;
+// "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "send".
+const char* collective_name(Collective kind);
 
 class Work {
  public:
@@ -94,6 +101,11 @@ class Communicator {
   // of it. A model of the traffic (MPI and NCCL may choose other algorithms), the same
   // on every backend: what benchmarks compare between methods.
   int64_t wire_bytes() const { return wire_bytes_.load(); }
+  // The same by kind of operation, and how many operations of that kind went on the wire
+  // (with more than one rank; a model of a step's time needs both: each operation's
+  // latency, and its bytes).
+  int64_t wire_bytes(Collective kind) const { return by_kind_[size_t(kind)].bytes.load(); }
+  int64_t operations(Collective kind) const { return by_kind_[size_t(kind)].operations.load(); }
   // Of what this rank sent, the bytes that went to other hosts in hierarchical all-reduces
   // (symmetric_empty tensors, ranks on several hosts: parallel/mpi/shared_memory.h):
   // per all-reduce, 2(H−1)/H of this rank's chunk (its 1/k of the tensor, k ranks per
@@ -102,8 +114,9 @@ class Communicator {
   int64_t cross_host_bytes() const {
     return total_cross_host_bytes() - cross_host_bytes_at_reset_;
   }
-  void reset_wire_bytes() {  // both counts
+  void reset_wire_bytes() {  // every count
     wire_bytes_ = 0;
+    for (Counted& c : by_kind_) c.bytes = 0, c.operations = 0;
     cross_host_bytes_at_reset_ = total_cross_host_bytes();
   }
 
@@ -158,8 +171,13 @@ class Communicator {
   void check_rank(int r, const char* op, const char* what) const;
   void check_chunks(const Tensor& whole, const Tensor& part, const Tensor& out,
                     const char* op) const;
-  void count_wire_bytes(double fraction, const Tensor& t);  // wire_bytes += fraction · t's bytes
+  // wire_bytes (in all, and of `kind`) += fraction · t's bytes; one more operation of `kind`.
+  void count_wire_bytes(Collective kind, double fraction, const Tensor& t);
+  struct Counted {
+    std::atomic<int64_t> bytes{0}, operations{0};
+  };
   std::atomic<int64_t> wire_bytes_{0};
+  std::array<Counted, kCollectives> by_kind_;
   std::atomic<int64_t> cross_host_bytes_at_reset_{0};
 };
 

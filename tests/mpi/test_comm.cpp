@@ -9,7 +9,8 @@
 // against the backend's all_reduce on sizes that do not divide by N, the
 // all-reduce of symmetric memory (shared memory on one host) against MPI's, the
 // errors, the world of one, the bytes the hierarchical all-reduce sends to other hosts
-// (cross_host_bytes), and bfloat16/float16 all-reduces (the float32 sum rounded
+// (cross_host_bytes), the bytes and operations by kind of collective
+// (wire_bytes(kind)), and bfloat16/float16 all-reduces (the float32 sum rounded
 // once on the shared-memory path; within the stated bound elsewhere). Rank 0 prints a
 // few timings.
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
@@ -463,6 +464,67 @@ void test_cross_host_bytes(rg::parallel::Communicator& comm) {
   check(comm.cross_host_bytes() == 0 && comm.wire_bytes() == 0, "reset_wire_bytes: both counts");
 }
 
+// wire_bytes(kind) and operations(kind): one operation of each kind on a tensor of 1200
+// floats (4800 bytes; 1200 divides by 1..4 ranks), each counted under its kind with the
+// fraction wire_bytes() documents; the kinds add up to wire_bytes(). A world of one sends
+// nothing: no bytes, no operations.
+void test_wire_bytes_by_kind(rg::parallel::Communicator& comm) {
+  using rg::parallel::Collective;
+  const int64_t n = 1200;
+  const double bytes = 4.0 * n;
+  comm.reset_wire_bytes();
+  for (int k = 0; k < rg::parallel::kCollectives; ++k)
+    check(comm.wire_bytes(Collective(k)) == 0 && comm.operations(Collective(k)) == 0,
+          std::string("by kind: 0 after reset_wire_bytes, ") + rg::parallel::collective_name(Collective(k)));
+  rg::Tensor t = rg::ones({n});
+  comm.all_reduce(t);
+  comm.all_reduce(t);  // two operations
+  comm.broadcast(t, 0);
+  comm.reduce(t, 0);
+  rg::Tensor gathered = comm.all_gather(t);
+  rg::Tensor scattered = comm.reduce_scatter(t);
+  rg::Tensor swapped = rg::empty({n});
+  comm.all_to_all(swapped, t);
+  const bool peers = N > 1 && comm.backend_name() != "single";
+  if (peers) {  // to the right, from the left
+    rg::Tensor in = rg::empty({n});
+    auto sent = comm.send_async(t, (rank + 1) % N, 3);
+    comm.recv(in, (rank + N - 1) % N, 3);
+    sent->wait();
+  }
+  const auto counted = [&](double fraction) { return static_cast<int64_t>(fraction * bytes); };
+  const struct {
+    Collective kind;
+    int64_t bytes, operations;
+  } expected[] = {
+      {Collective::AllReduce, 2 * counted(2.0 * (N - 1) / N), 2},
+      {Collective::Broadcast, counted(double(N - 1) / N), 1},
+      {Collective::Reduce, counted(double(N - 1) / N), 1},
+      {Collective::AllGather, counted(N - 1), 1},
+      {Collective::ReduceScatter, counted(double(N - 1) / N), 1},
+      {Collective::AllToAll, counted(double(N - 1) / N), 1},
+      {Collective::Send, peers ? counted(1) : 0, peers ? 1 : 0},
+  };
+  int64_t total = 0;
+  for (const auto& e : expected) {
+    const std::string name = rg::parallel::collective_name(e.kind);
+    const int64_t ops = N > 1 ? e.operations : 0;
+    check(comm.wire_bytes(e.kind) == e.bytes,
+          "wire_bytes(" + name + ") = " + std::to_string(comm.wire_bytes(e.kind)) + ", expected " +
+              std::to_string(e.bytes));
+    check(comm.operations(e.kind) == ops, "operations(" + name + ") = " +
+                                              std::to_string(comm.operations(e.kind)) + ", expected " +
+                                              std::to_string(ops));
+    total += e.bytes;
+  }
+  check(comm.wire_bytes() == total, "the kinds add up to wire_bytes()");
+  check(std::string(rg::parallel::collective_name(Collective::ReduceScatter)) == "reduce_scatter",
+        "collective_name");
+  comm.reset_wire_bytes();
+  check(comm.wire_bytes(Collective::AllReduce) == 0 && comm.operations(Collective::AllReduce) == 0,
+        "reset_wire_bytes: the kinds too");
+}
+
 void test_reduced_precision_all_reduce(rg::parallel::Communicator& comm) {
   const char* off = std::getenv("RINGGRAD_SHM_ALLREDUCE");
   const bool shm = !(off && std::string(off) == "0") && std::filesystem::is_directory("/dev/shm");
@@ -576,6 +638,7 @@ int main(int argc, char** argv) {
     test_ring_all_reduce(comm);
     test_symmetric_all_reduce(comm);
     test_cross_host_bytes(comm);
+    test_wire_bytes_by_kind(comm);
     test_reduced_precision_all_reduce(comm);
     report_timings(comm);
     return mpi_test::report(rank, N);
