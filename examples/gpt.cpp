@@ -51,7 +51,9 @@
 // mfu that over gemm_gflops, the float32 GEMM rate one rank reaches here (examples/mfu.h).
 // --plan [--world N] prints, without training or launching, what each rank of the run the
 // other flags describe (at world N) will hold: gpt/plan.h's formulas, per pipeline stage,
-// then RESULT plan … params_mb= grads_mb= optim_mb= activations_mb= peak_mb=.
+// then RESULT plan … params_mb= grads_mb= optim_mb= activations_mb= peak_mb= sent=, the last the
+// bytes and operations of each kind of collective ("all_reduce:MB/operations,…"), as a run's
+// RESULT line prints what it sent in its measured step.
 // --check-plan trains as usual, then prints the plan beside what the largest rank held,
 // one CHECK line each (tests/check_gpt_plan.sh, docs/learn chapters 0 and 2).
 // The train loss printed is the mean over every rank and every step since the last line.
@@ -647,6 +649,7 @@ int main(int argc, char** argv) {
     RateMeter rate;
     std::array<int64_t, 3> held{};  // bytes of parameters, gradients, optimizer state
     int64_t sent = 0;               // bytes sent
+    gpt::Traffic sent_by_kind;      // the same by kind of collective
     char line[200];
     for (int64_t step = start_step; step < end; ++step) {
       const bool traced = !trace_path.empty() && step == start_step + 2;
@@ -678,7 +681,13 @@ int main(int argc, char** argv) {
       if (measured) {
         held[2] = trainer.held_bytes()[2];  // the optimizer's state, after its step
         sent = 0;
-        for (par::Communicator* c : axes) sent += c->wire_bytes();  // every byte sent in the step
+        for (par::Communicator* c : axes) {  // every byte sent in the step
+          sent += c->wire_bytes();
+          for (int k = 0; k < par::kCollectives; ++k) {
+            sent_by_kind.bytes[size_t(k)] += double(c->wire_bytes(par::Collective(k)));
+            sent_by_kind.operations[size_t(k)] += double(c->operations(par::Collective(k)));
+          }
+        }
       }
       if (budgeted) {
         std::array<int64_t, 4> per_axis{};  // budget.h's axes: tp, pp, data, norm
@@ -733,6 +742,15 @@ int main(int argc, char** argv) {
                                         {5}, {.dtype = rg::kFloat64});
     world.communicator().all_reduce(memory, par::Reduce::Max);
     const std::vector<double> mb = memory.tolist<double>();
+    {  // the traffic by kind, each kind's largest rank (as the plan reports it)
+      std::vector<double> v(sent_by_kind.bytes.begin(), sent_by_kind.bytes.end());
+      v.insert(v.end(), sent_by_kind.operations.begin(), sent_by_kind.operations.end());
+      rg::Tensor t = rg::from_vector(v, {int64_t(v.size())}, {.dtype = rg::kFloat64});
+      world.communicator().all_reduce(t, par::Reduce::Max);
+      v = t.tolist<double>();
+      for (size_t k = 0; k < par::kCollectives; ++k)
+        sent_by_kind.bytes[k] = v[k], sent_by_kind.operations[k] = v[par::kCollectives + k];
+    }
     if (check_plan && world.is_main()) {  // the plan beside what the run held
       const gpt::RankPlan p = gpt::plan(config, layout).largest;
       std::printf("memory of the largest rank, planned / held: parameters %.3f / %.3f MB, gradients %.3f / %.3f "
@@ -744,6 +762,13 @@ int main(int argc, char** argv) {
       for (int q = 0; q < 5; ++q)
         if (q != 3 || peak_planned(config, layout))  // print_plan says when it is not
           std::printf("CHECK plan_%s_mb predicted=%.6f measured=%.6f\n", names[q], planned[q] / 1e6, mb[size_t(q)]);
+      for (size_t k = 0; k < par::kCollectives; ++k) {  // by kind: the bytes and the operations
+        const char* kind = par::collective_name(par::Collective(k));
+        if (p.sent.operations[k] == 0 && sent_by_kind.operations[k] == 0) continue;
+        std::printf("CHECK plan_sent_%s_mb predicted=%.6f measured=%.6f\nCHECK plan_%s_operations predicted=%.0f "
+                    "measured=%.0f\n", kind, p.sent.bytes[k] / 1e6, sent_by_kind.bytes[k] / 1e6, kind,
+                    p.sent.operations[k], sent_by_kind.operations[k]);
+      }
     }
     const double val = validation_loss();
 
@@ -781,10 +806,12 @@ int main(int argc, char** argv) {
       std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d tp=%d pp=%d val_loss=%.4f "
                   "unigram_loss=%.4f tokens_per_s=%.0f precision=%s comm_hook=%s recompute=%s grad_accum=%lld "
                   "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f peak_mb=%.6f comm_mb=%.6f model_gflops=%.2f "
-                  "mfu=%.3f gemm_gflops=%.1f\n",
+                  "mfu=%.3f gemm_gflops=%.1f step_s=%.4f sent=%s\n",
                   world.size(), strategy.c_str(), dp, cp, tp, pp, val, unigram, tokens_per_s, precision.name.c_str(),
                   comm_hook.name.c_str(), config.recompute.c_str(), static_cast<long long>(grad_accum), mb[0],
-                  mb[1], mb[2], mb[3], mb[4], flops / 1e9, flops / peak_flops, peak_flops / 1e9);
+                  mb[1], mb[2], mb[3], mb[4], flops / 1e9, flops / peak_flops, peak_flops / 1e9,
+                  timed_tokens > 0 ? seconds * double(tokens_per_step) / double(timed_tokens) : 0.0,
+                  gpt::by_kind(sent_by_kind).c_str());
     return 0;
   });
 }

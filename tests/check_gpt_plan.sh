@@ -6,7 +6,8 @@
 # For each layout below (strategies, tensor, pipeline and context parallelism, recomputation,
 # precision, accumulation, a 16-bit comm hook), `gpt --plan --world N` predicts, and a 3-step run under
 # `RGRUN -n N` measures, the largest rank's parameters, gradients and optimizer state and the
-# bytes it sends in a step (which must agree to the byte), and its peak tensor memory (within
+# bytes it sends in a step, in all and by kind of collective with the number of operations
+# of each (which must agree to the byte), and its peak tensor memory (within
 # 10%; Llama's blocks in float32 too: under autocast the plan has no peak for them yet, and
 # the rest is checked). Prints one line per
 # layout with the measured/predicted ratio of the peak. ctest runs it as example_gpt_plan.
@@ -30,6 +31,10 @@ check() {  # N, then the layout's flags
     [ "$(echo "$plan" | field $q)" = "$(echo "$run" | field $q)" ] ||
       { echo "FAILED: -n $n $*: $q predicted $(echo "$plan" | field $q), measured $(echo "$run" | field $q)" >&2; ok=0; }
   done
+  local sp sr  # the bytes sent by kind of collective, and how many operations of each
+  sp=$(echo "$plan" | sed -nE 's/.* sent=([^ ]+).*/\1/p') sr=$(echo "$run" | sed -nE 's/.* sent=([^ ]+).*/\1/p')
+  [ -n "$sp" ] && [ "$sp" = "$sr" ] ||
+    { echo "FAILED: -n $n $*: sent by kind predicted '$sp', measured '$sr'" >&2; ok=0; }
   local p r
   p=$(echo "$plan" | field peak_mb) r=$(echo "$run" | field peak_mb)
   if [ -z "$p" ]; then  # Llama's blocks under autocast: no peak planned yet, the rest exact

@@ -5,9 +5,10 @@
 //
 // `gpt --plan --world N` prints these for the run its other flags describe, without training
 // (RESULT plan …); a real run prints the measured figures under the same names (RESULT
-// example=gpt … params_mb= grads_mb= optim_mb= peak_mb= comm_mb=), and tests/check_gpt_plan.sh holds
-// the two to each other: parameters, gradients, optimizer state and the bytes sent to the
-// byte, the peak within 10%.
+// example=gpt … params_mb= grads_mb= optim_mb= peak_mb= comm_mb= sent=), and
+// tests/check_gpt_plan.sh holds the two to each other: parameters, gradients, optimizer state
+// and the bytes sent (by kind of collective, and how many operations of each) to the byte,
+// the peak within 10%.
 //
 // Every figure is one rank's, in bytes (float32 parameters: 4 per number), and the plan
 // reports the largest over the mesh's ranks. With P the parameters a rank trains:
@@ -38,7 +39,9 @@
 //               DDP's buckets; ZeRO-1's broadcasts and ZeRO-2's reduces; FSDP's gathers (each
 //               block twice per micro-batch, the root once) and reduce-scatters; tp's and pp's
 //               (gpt/budget.h, again for the recomputed forward's all-reduces); ring attention's
-//               K, V, dK, dV passes; the clipping norm's all-reduce.
+//               K, V, dK, dV passes; the clipping norm's all-reduce. By kind of collective
+//               and mesh axis, with the number of operations (Traffic): what a model of the
+//               step's time needs, each operation's latency beside its bytes.
 //   peak        the largest of the step's moments: the state between steps (parameters,
 //               DDP's gradient buckets where DDP averages, optimizer state, the step's batch)
 //               plus, at the start of backward, every activation and the logits' gradient;
@@ -46,7 +49,10 @@
 //               one block's whole activations; at the end of backward the gradients.
 #pragma once
 
+#include <ringgrad/parallel/communicator.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -57,6 +63,8 @@
 #include "model.h"
 
 namespace gpt {
+
+namespace par = ringgrad::parallel;
 
 struct PlanLayout {
   int64_t dp = 1, pp = 1, cp = 1, tp = 1;
@@ -70,10 +78,29 @@ struct PlanLayout {
   int64_t world() const { return dp * pp * cp * tp; }
 };
 
+// The mesh axes a rank sends on: tensor, pipeline and context parallelism, and the
+// data-parallel group (dp·cp) that averages the gradients. gpt/step_time.h times each on
+// the link its ranks share.
+enum class Axis { Tp, Pp, Cp, Data };
+inline constexpr int kAxes = 4;
+
+// What one rank sends in a step, by kind of collective (parallel/communicator.h) and by axis:
+// bytes as the communicators count them, and the number of operations.
+struct Traffic {
+  std::array<double, par::kCollectives> bytes{}, operations{};  // by kind
+  std::array<double, kAxes> axis_bytes{}, axis_operations{};    // by axis
+  void add(Axis axis, par::Collective kind, double ops, double each) {
+    bytes[size_t(kind)] += ops * each, operations[size_t(kind)] += ops;
+    axis_bytes[size_t(axis)] += ops * each, axis_operations[size_t(axis)] += ops;
+  }
+  double total() const { return std::accumulate(bytes.begin(), bytes.end(), 0.0); }
+};
+
 // One rank's figures, in bytes.
 struct RankPlan {
   double params = 0, grads = 0, optim = 0, activations = 0, peak = 0;
   double comm = 0;  // bytes sent in one step, as the communicators count them
+  Traffic sent;     // the same by kind and axis
 };
 
 struct Plan {
@@ -124,6 +151,13 @@ inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp
     if (pp > 1) out.push_back({V / t * E, 0});  // the last stage's copy of the tied embedding
   }
   return out;
+}
+
+// The whole model's parameters (numbers).
+inline int64_t parameter_count(const GPTConfig& c) {
+  int64_t n = 0;
+  for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1)) n += p.numel;
+  return n;
 }
 
 // Whether merging attention's heads for out_proj is a view (this CPU's fused kernel writes
@@ -201,6 +235,23 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
     k.head = 4 * bTE + 2 * bTE + 4 * 2 * bT + 2 * V * E + 4 * bT * V + 4 * bT;
   }
   return k;
+}
+
+// DDP's buckets (parallel/ddp.cpp): the gradients in reverse order, the first bucket up to
+// 1 MB, the others up to 25 MB; returns how many.
+inline int64_t ddp_bucket_count(const std::vector<ParamTensor>& ts) {
+  int64_t buckets = 0;
+  double bytes = 0, cap = 1e6;
+  for (size_t k = ts.size(); k-- > 0;) {
+    const double nbytes = 4 * double(ts[k].numel);
+    if (buckets == 0) {
+      buckets = 1, bytes = 0, cap = 1e6;
+    } else if (bytes + nbytes > cap) {
+      ++buckets, bytes = 0, cap = 25e6;
+    }
+    bytes += nbytes;
+  }
+  return buckets;
 }
 
 inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
@@ -287,36 +338,54 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     // Bytes sent in one step (parallel/communicator.h counts an all-reduce of n bytes over g
     // ranks as 2(g−1)/g·n, a broadcast or reduce (g−1)/g·n, an all-gather (g−1)·its input,
     // a reduce-scatter (g−1)/g·its whole input, a send all of it), per mesh axis:
+    using K = par::Collective;
+    Traffic& sent = r.sent;
     const double forwards = double(l.grad_accum);  // forward_backward calls (pipeline) / micro-batches
     const double act = 4 * b * T * E;               // one micro-batch's activation, in bytes
     const int64_t t = l.tp;
     if (t > 1) {  // tp: per block f's backward and g's forward, for attention and the MLP (budget.h)
       const double extra = c.recompute == "full" ? 2 : c.recompute == "selective" ? 1 : 0;  // g again
-      r.comm += forwards * m * (all_reduce_bytes(act, t) * ((4 + extra) * blocks + first + last) +
-                                (last ? 3 * all_reduce_bytes(4 * b * T, t) : 0));
+      sent.add(Axis::Tp, K::AllReduce, forwards * m * ((4 + extra) * blocks + first + last), all_reduce_bytes(act, t));
+      if (last) sent.add(Axis::Tp, K::AllReduce, forwards * m * 3, all_reduce_bytes(4 * b * T, t));  // the loss
     }
     if (l.pp > 1) {  // pp: activations forward (after a header) and gradients back, the loss, the tied embedding
-      r.comm += forwards * ((last ? 0 : m * (80 + act)) + (first ? 0 : m * act) + broadcast_bytes(8, l.pp));
-      r.comm += all_reduce_bytes(4 * V / double(t) * E, l.pp);
+      if (!last) sent.add(Axis::Pp, K::Send, forwards * m, 80), sent.add(Axis::Pp, K::Send, forwards * m, act);
+      if (!first) sent.add(Axis::Pp, K::Send, forwards * m, act);
+      sent.add(Axis::Pp, K::Broadcast, forwards, broadcast_bytes(8, l.pp));
+      sent.add(Axis::Pp, K::AllReduce, 1, all_reduce_bytes(4 * V / double(t) * E, l.pp));
     }
     if (l.cp > 1) {  // ring attention, per block: K, V around the ring forward and backward, dK, dV all the way
       const int64_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads;
       const double chunk = 4 * b * T * double(c.d_model / c.heads * kv) / double(t), p = double(l.cp);
       const double sends = 4 * (p - 1) + 2 * p + (c.recompute == "full" ? 2 * (p - 1) : 0);
-      r.comm += forwards * m * blocks * sends * chunk;
+      sent.add(Axis::Cp, K::Send, forwards * m * blocks * sends, chunk);
     }
     // The data-parallel group (dp·cp): the gradients' average, as each strategy makes it.
-    const double grads = 4 * numel;
-    if (sharded) {  // fsdp: each block unit gathered for forward and backward, the root once; reduce-scattered
-      r.comm += forwards * double(n - 1) * 4 * (root_shard + 2 * unit_shards) +
-                double(n - 1) * 4 * (root_shard + unit_shards) + all_reduce_bytes(8, n);
+    const double grads = 4 * numel, tensors = double(ts.size());
+    if (n == 1) {  // nothing to average
+    } else if (sharded) {  // fsdp: each block unit gathered for forward and backward, the root once; reduce-scattered
+      const double units = double(c.layers / l.pp);
+      sent.add(Axis::Data, K::AllGather, forwards, double(n - 1) * 4 * root_shard);
+      sent.add(Axis::Data, K::AllGather, 2 * forwards * units, double(n - 1) * 4 * unit_shards / units);
+      sent.add(Axis::Data, K::ReduceScatter, 1, double(n - 1) * 4 * root_shard);
+      sent.add(Axis::Data, K::ReduceScatter, units, double(n - 1) * 4 * unit_shards / units);
+      sent.add(Axis::Data, K::AllReduce, 1, all_reduce_bytes(8, n));  // the gradient norm
     } else if (l.strategy == "zero2") {  // each gradient reduced to its owner; each parameter broadcast back
-      r.comm += 2 * broadcast_bytes(grads, n) + all_reduce_bytes(8, n);
+      sent.add(Axis::Data, K::Reduce, tensors, broadcast_bytes(grads, n) / tensors);
+      sent.add(Axis::Data, K::Broadcast, tensors, broadcast_bytes(grads, n) / tensors);
+      sent.add(Axis::Data, K::AllReduce, 1, all_reduce_bytes(8, n));
     } else {
-      r.comm += all_reduce_bytes(double(l.gradient_bytes) * numel, n);  // DDP's buckets
-      if (l.strategy == "zero1") r.comm += broadcast_bytes(grads, n) + all_reduce_bytes(8, n);
+      // gpt.cpp averages a pipeline stage's gradients tensor by tensor, DDP by buckets
+      const double ops = four_d ? tensors : double(ddp_bucket_count(ts));
+      sent.add(Axis::Data, K::AllReduce, ops, all_reduce_bytes(double(l.gradient_bytes) * numel, n) / ops);
+      if (l.strategy == "zero1") {
+        sent.add(Axis::Data, K::Broadcast, tensors, broadcast_bytes(grads, n) / tensors);
+        sent.add(Axis::Data, K::AllReduce, 1, all_reduce_bytes(8, n));
+      }
     }
-    if (four_d) r.comm += all_reduce_bytes(8, l.pp * t);  // the gradient norm over one whole model
+    if (four_d) sent.add(Axis::Data, K::AllReduce, 1, all_reduce_bytes(8, l.pp * t));  // the gradient norm over one whole model
+    r.comm = sent.total();
+
     result.ranks.push_back(r);
   }
   for (const RankPlan& r : result.ranks) {
@@ -326,6 +395,10 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     result.largest.activations = std::max(result.largest.activations, r.activations);
     result.largest.peak = std::max(result.largest.peak, r.peak);
     result.largest.comm = std::max(result.largest.comm, r.comm);
+    for (size_t k = 0; k < par::kCollectives; ++k) {  // each kind's largest
+      result.largest.sent.bytes[k] = std::max(result.largest.sent.bytes[k], r.sent.bytes[k]);
+      result.largest.sent.operations[k] = std::max(result.largest.sent.operations[k], r.sent.operations[k]);
+    }
   }
   return result;
 }

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "budget.h"
@@ -56,6 +57,21 @@ inline bool peak_planned(const GPTConfig& config, const PlanLayout& layout) {
   return config.gpt2() || layout.precision == "fp32";
 }
 
+// A step's traffic by kind of collective, the kinds it uses in parallel/communicator.h's
+// order: "all_reduce:MB/operations,send:MB/operations" (MB to the byte), or "none".
+inline std::string by_kind(const Traffic& t) {
+  std::string out;
+  char item[96];
+  for (int k = 0; k < par::kCollectives; ++k) {
+    if (t.operations[size_t(k)] == 0) continue;
+    std::snprintf(item, sizeof item, "%s%s:%.6f/%.0f", out.empty() ? "" : ",", par::collective_name(par::Collective(k)),
+                  t.bytes[size_t(k)] / 1e6, t.operations[size_t(k)]);
+    out += item;
+  }
+  return out.empty() ? "none" : out;
+}
+
+// The plan: what --plan prints.
 inline void print_plan(const GPTConfig& config, const PlanLayout& layout) {
   const Plan p = plan(config, layout);
   std::printf("plan: world %lld = dp %lld x pp %lld x cp %lld x tp %lld, strategy %s, %lld x %lld sequences per "
@@ -83,6 +99,7 @@ inline void print_plan(const GPTConfig& config, const PlanLayout& layout) {
               r.optim / 1e6, r.comm / 1e6);
   if (peak_planned(config, layout))
     std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
+  std::printf(" sent=%s", by_kind(r.sent).c_str());
   std::printf("\n");
 }
 
