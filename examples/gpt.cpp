@@ -41,19 +41,23 @@
 // prints a sample from --prompt, then
 //   RESULT example=gpt world=N strategy=S dp=… cp=… tp=… pp=… val_loss=… unigram_loss=… tokens_per_s=…
 //          … recompute=… grad_accum=… params_mb=… grads_mb=… optim_mb=… peak_mb=…
-//          model_gflops=… mfu=… gemm_gflops=…
+//          model_gflops=… mfu=… gemm_gflops=… step_s=… sent=…
 // where unigram_loss is the entropy (nats/char) of the validation text's byte
 // frequencies: the loss of a model that learned nothing but how often each byte occurs;
 // params_mb, grads_mb and optim_mb the bytes (/1e6) of parameters, gradients and optimizer
 // state a rank held in the second step, and peak_mb the most tensor memory it held at once
 // during training (rg::memory_stats), each the largest rank's: `gpt --plan` predicts them;
 // model_gflops each rank's share of the model's FLOPs per second (gpt/budget.h's count),
-// mfu that over gemm_gflops, the float32 GEMM rate one rank reaches here (examples/mfu.h).
+// mfu that over gemm_gflops, the float32 GEMM rate one rank reaches here (examples/mfu.h);
+// step_s the mean seconds of a step after the first, and sent what the second step sent.
 // --plan [--world N] prints, without training or launching, what each rank of the run the
 // other flags describe (at world N) will hold: gpt/plan.h's formulas, per pipeline stage,
 // then RESULT plan … params_mb= grads_mb= optim_mb= activations_mb= peak_mb= sent=, the last the
 // bytes and operations of each kind of collective ("all_reduce:MB/operations,…"), as a run's
-// RESULT line prints what it sent in its measured step.
+// RESULT line prints what it sent in its measured step. --machine here|h100|h200 adds the
+// step's predicted time (gpt/step_time.h): `here` probes this machine on the ranks rgrun
+// started (rgrun -n N gpt ... --plan --machine here), h100 and h200 are GPU clusters from
+// their datasheets; RESULT plan then ends machine=… step_s=… compute_s=… comm_s=… mfu=….
 // --check-plan trains as usual, then prints the plan beside what the largest rank held,
 // one CHECK line each (tests/check_gpt_plan.sh, docs/learn chapters 0 and 2).
 // The train loss printed is the mean over every rank and every step since the last line.
@@ -123,6 +127,7 @@
 #include "gpt/parallel.h"  // its tensor- and pipeline-parallel pieces: ParallelBlock, Stage
 #include "gpt/plan.h"      // --plan: what each rank will hold, before the run
 #include "gpt/report.h"    // --budget, --plan, --check-plan: the formulas beside the measurements
+#include "gpt/step_time.h" // --plan --machine: how long a step will take
 #include "gpt_text.h"
 #include "metrics_log.h"
 #include "mfu.h"  // model FLOPs utilisation: the machine's yardstick
@@ -455,6 +460,11 @@ int main(int argc, char** argv) {
   app.add_flag("--check-plan", check_plan, "train, then print the plan beside the memory held (CHECK lines)");
   app.add_option("--world", plan_world, "with --plan: the world size to plan for (default: this one's)")
       ->check(CLI::PositiveNumber);
+  std::string machine_name;
+  app.add_option("--machine", machine_name, "with --plan: predict the step's time on this machine (here: "
+                 "measured by a short probe on the ranks rgrun started) or on a GPU cluster (h100, h200: "
+                 "published figures; gpt/step_time.h)")
+      ->check(CLI::IsMember({"here", "h100", "h200"}));
   bool budget = false;
   app.add_flag("--budget", budget, "print each rank's parameters and bytes sent per mesh axis in step 2, "
                "beside gpt/budget.h's formulas (--strategy ddp, --cp 1)");
@@ -509,8 +519,18 @@ int main(int argc, char** argv) {
                                  .precision = precision.name,
                                  .merge_is_view = gpt::attention_merge_is_view(config),
                                  .gradient_bytes = comm_hook.name == "none" ? 4 : 2};
+    RG_CHECK(machine_name.empty() || plan_only, "gpt", "expected --machine only with --plan, got --machine ",
+             machine_name);
+    RG_CHECK(machine_name != "here" || world_size == world.size(), "gpt", "expected --machine here to run on the "
+             "ranks it plans for (it measures them): rgrun -n ", world_size, " gpt ... --plan --machine here, got a "
+             "world of ", world.size(), " planning for ", world_size);
     if (plan_only) {  // the plan for this run: printed, nothing trained
-      if (world.is_main()) print_plan(config, layout);
+      std::optional<gpt::Machine> machine;
+      if (machine_name == "here")  // every rank probes at once, the run's shapes
+        machine = gpt::probe_machine(world, config, layout);
+      else if (!machine_name.empty())
+        machine = gpt::published_machine(machine_name, precision.name);
+      if (world.is_main()) print_plan(config, layout, machine ? &*machine : nullptr);
       return 0;
     }
     // The mesh, tp varying fastest (its ranks talk most: on a GPU host, the same node).
@@ -742,15 +762,7 @@ int main(int argc, char** argv) {
                                         {5}, {.dtype = rg::kFloat64});
     world.communicator().all_reduce(memory, par::Reduce::Max);
     const std::vector<double> mb = memory.tolist<double>();
-    {  // the traffic by kind, each kind's largest rank (as the plan reports it)
-      std::vector<double> v(sent_by_kind.bytes.begin(), sent_by_kind.bytes.end());
-      v.insert(v.end(), sent_by_kind.operations.begin(), sent_by_kind.operations.end());
-      rg::Tensor t = rg::from_vector(v, {int64_t(v.size())}, {.dtype = rg::kFloat64});
-      world.communicator().all_reduce(t, par::Reduce::Max);
-      v = t.tolist<double>();
-      for (size_t k = 0; k < par::kCollectives; ++k)
-        sent_by_kind.bytes[k] = v[k], sent_by_kind.operations[k] = v[par::kCollectives + k];
-    }
+    sent_by_kind = gpt::largest_over_ranks(world.communicator(), sent_by_kind);  // as the plan reports it
     if (check_plan && world.is_main()) {  // the plan beside what the run held
       const gpt::RankPlan p = gpt::plan(config, layout).largest;
       std::printf("memory of the largest rank, planned / held: parameters %.3f / %.3f MB, gradients %.3f / %.3f "

@@ -47,6 +47,10 @@
 //               plus, at the start of backward, every activation and the logits' gradient;
 //               with recomputation, at the recomputed block's backward, the kept inputs plus
 //               one block's whole activations; at the end of backward the gradients.
+//   work        not memory: the step's FLOPs in GEMMs and in attention, recomputation's
+//               included (what the hardware runs, where MFU counts the model's), and the
+//               bytes its other ops read and write (RESULT plan … gflops= attention_gflops=
+//               traffic_mb=). gpt/step_time.h turns them and the traffic into seconds.
 #pragma once
 
 #include <ringgrad/parallel/communicator.h>
@@ -101,6 +105,11 @@ struct RankPlan {
   double params = 0, grads = 0, optim = 0, activations = 0, peak = 0;
   double comm = 0;  // bytes sent in one step, as the communicators count them
   Traffic sent;     // the same by kind and axis
+  // The work of one step (gpt/step_time.h turns it into seconds): FLOPs of the GEMMs and of
+  // attention, recomputation included (what the hardware runs; MFU counts the model's only),
+  // and the bytes the other ops (norms, activations, residuals, loss, optimizer) read and write.
+  double flops = 0, attention_flops = 0, memory_traffic = 0;
+  double per_micro_batch = 0;  // the share of flops and traffic one pipeline micro-batch takes (1 without pp)
 };
 
 struct Plan {
@@ -254,6 +263,48 @@ inline int64_t ddp_bucket_count(const std::vector<ParamTensor>& ts) {
   return buckets;
 }
 
+// One micro-batch's work on one rank of a stage of `blocks` blocks, b sequences of T tokens:
+// the FLOPs of its GEMMs and of its attention (recomputation's included), and the bytes its
+// other ops move.
+struct Work {
+  double flops = 0, attention_flops = 0, traffic = 0;
+};
+
+inline Work work(const GPTConfig& c, const PlanLayout& l, double b, double blocks, bool last) {
+  const double T = double(c.seq / l.cp), E = double(c.d_model), t = double(l.tp), bT = b * T;
+  const double kv = c.kv_heads == 0 ? double(c.heads) : double(c.kv_heads), kvE = E / double(c.heads) * kv;
+  const double hidden = c.mlp == "swiglu" ? double((8 * c.d_model / 3 + 7) / 8 * 8) : 4 * E;
+  // A block's forward GEMMs (2 FLOPs a multiply-add): q, k and v, out_proj, the MLP's two
+  // (SwiGLU's three); attention's scores and weighted sum, causal: each query meets half the
+  // sequence's keys on average (under context parallelism too: T/cp queries, all T keys).
+  const double attention_gemms = 2 * bT * E * (E + 2 * kvE) / t + 2 * bT * E * E / t;
+  const double mlp_gemms = (c.mlp == "swiglu" ? 3 : 2) * 2 * bT * E * hidden / t;
+  const double scores = 2 * bT * double(c.seq) * E / t;
+  // Backward: a GEMM twice over (its input's gradient and its weight's); the fused attention
+  // recomputes its scores first (five products to forward's two). Recomputation: the
+  // forward again, whole (full) or the MLP half (selective).
+  double block = 3 * (attention_gemms + mlp_gemms), attention = 3.5 * scores;
+  if (c.recompute == "full") block += attention_gemms + mlp_gemms, attention += scores;
+  if (c.recompute == "selective") block += mlp_gemms;
+  Work w;
+  w.flops = blocks * block + (last ? 3 * 2 * bT * E * double(GPTConfig::vocab) / t : 0);  // the head
+  w.attention_flops = blocks * attention;
+  // The other ops: forward writes each tensor a block keeps and the next op reads it (twice
+  // what it keeps); backward reads it, writes its gradient and reads that (three times);
+  // recomputing writes and reads again what it recomputes. The head's likewise.
+  const Kept k = bytes_kept(c, l, b);
+  double traffic = 5 * k.block_whole;
+  if (c.recompute == "full") traffic += 2 * k.block_whole;
+  if (c.recompute == "selective") traffic += 2 * (k.block_whole - k.block);
+  w.traffic = blocks * traffic + (last ? 5 * k.head : 0);
+  return w;
+}
+
+// The optimizer's bytes over `param_bytes` of float32 parameters it steps: clipping reads each
+// gradient and scales it (12 bytes a number), AdamW reads the parameter, gradient and both
+// moments and writes the parameter and moments (28).
+inline double optimizer_traffic(double param_bytes) { return 10 * param_bytes; }
+
 inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
   Plan result;
   const int64_t n = l.dp * l.cp;  // the data-parallel group: the gradient's average
@@ -386,6 +437,12 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     if (four_d) sent.add(Axis::Data, K::AllReduce, 1, all_reduce_bytes(8, l.pp * t));  // the gradient norm over one whole model
     r.comm = sent.total();
 
+    // The step's work: GEMM and attention FLOPs, and the other ops' bytes (gpt/step_time.h).
+    const Work w = work(c, l, b, blocks, last);
+    r.per_micro_batch = 1 / (forwards * m);
+    r.flops = forwards * m * w.flops;
+    r.attention_flops = forwards * m * w.attention_flops;
+    r.memory_traffic = forwards * m * w.traffic + optimizer_traffic(sharded ? 4 * (root_shard + unit_shards) : 4 * numel);
     result.ranks.push_back(r);
   }
   for (const RankPlan& r : result.ranks) {
@@ -399,6 +456,9 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       result.largest.sent.bytes[k] = std::max(result.largest.sent.bytes[k], r.sent.bytes[k]);
       result.largest.sent.operations[k] = std::max(result.largest.sent.operations[k], r.sent.operations[k]);
     }
+    result.largest.flops = std::max(result.largest.flops, r.flops);
+    result.largest.attention_flops = std::max(result.largest.attention_flops, r.attention_flops);
+    result.largest.memory_traffic = std::max(result.largest.memory_traffic, r.memory_traffic);
   }
   return result;
 }

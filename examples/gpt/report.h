@@ -14,6 +14,7 @@
 #include "budget.h"
 #include "model.h"
 #include "plan.h"
+#include "step_time.h"
 
 namespace gpt {
 
@@ -71,8 +72,21 @@ inline std::string by_kind(const Traffic& t) {
   return out.empty() ? "none" : out;
 }
 
-// The plan: what --plan prints.
-inline void print_plan(const GPTConfig& config, const PlanLayout& layout) {
+// Each kind's bytes and operations, the largest over the ranks of `comm` (a collective).
+inline Traffic largest_over_ranks(par::Communicator& comm, const Traffic& mine) {
+  std::vector<double> v(mine.bytes.begin(), mine.bytes.end());
+  v.insert(v.end(), mine.operations.begin(), mine.operations.end());
+  rg::Tensor t = rg::from_vector(v, {int64_t(v.size())}, {.dtype = rg::kFloat64});
+  comm.all_reduce(t, par::Reduce::Max);
+  v = t.tolist<double>();
+  Traffic out;
+  for (size_t k = 0; k < par::kCollectives; ++k)
+    out.bytes[k] = v[k], out.operations[k] = v[par::kCollectives + k];
+  return out;
+}
+
+// The plan, and with a machine (gpt/step_time.h) the step's time: what --plan prints.
+inline void print_plan(const GPTConfig& config, const PlanLayout& layout, const Machine* machine) {
   const Plan p = plan(config, layout);
   std::printf("plan: world %lld = dp %lld x pp %lld x cp %lld x tp %lld, strategy %s, %lld x %lld sequences per "
               "replica, precision %s, recompute %s\n%5s %14s %14s %14s %14s %14s %14s\n",
@@ -87,6 +101,14 @@ inline void print_plan(const GPTConfig& config, const PlanLayout& layout) {
                 r.optim / 1e6, r.activations / 1e6, r.peak / 1e6, r.comm / 1e6);
   }
   const RankPlan& r = p.largest;
+  if (machine)
+    std::printf("machine %s, one rank: GEMMs %.1f GFLOP/s (MFU against %.1f), attention %.1f GFLOP/s, memory %.2f "
+                "GB/s; links %.2f GB/s and %.1f us an operation within a host of %lld, %.2f GB/s and %.1f us between "
+                "hosts\n",
+                machine->name.c_str(), machine->flops / 1e9, machine->peak_flops / 1e9,
+                machine->attention_flops / 1e9, machine->memory_bw / 1e9,
+                machine->link_bw / 1e9, machine->link_latency * 1e6, static_cast<long long>(machine->ranks_per_host),
+                machine->network_bw / 1e9, machine->network_latency * 1e6);
   if (!peak_planned(config, layout))
     std::printf("(activations and peak: not planned for Llama's blocks under --precision %s yet, only in "
                 "float32; parameters, gradients, optimizer state and bytes sent are)\n",
@@ -99,7 +121,17 @@ inline void print_plan(const GPTConfig& config, const PlanLayout& layout) {
               r.optim / 1e6, r.comm / 1e6);
   if (peak_planned(config, layout))
     std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
-  std::printf(" sent=%s", by_kind(r.sent).c_str());
+  std::printf(" sent=%s gflops=%.3f attention_gflops=%.3f traffic_mb=%.1f", by_kind(r.sent).c_str(), r.flops / 1e9,
+              r.attention_flops / 1e9, r.memory_traffic / 1e6);
+  if (machine) {
+    const StepTime t = step_time(p, layout, *machine);
+    const double model_flops = train_flops_per_token(config, parameter_count(config)) * double(layout.batch * layout.grad_accum *
+                                                                                          layout.dp * config.seq);
+    std::printf(" machine=%s step_s=%.4f compute_s=%.4f comm_s=%.4f mfu=%.3f", machine->name.c_str(), t.total, t.compute,
+                t.comm, model_flops / t.total / double(layout.world()) / machine->peak_flops);
+    if (machine->memory_bytes > 0 && peak_planned(config, layout))  // the peak against one GPU's memory
+      std::printf(" fits=%s", r.peak <= machine->memory_bytes ? "yes" : "no");
+  }
   std::printf("\n");
 }
 

@@ -1,0 +1,98 @@
+// test_step_time.cpp — examples/gpt/step_time.h's model of a step's time, on made-up plans
+// and machines whose answers are worked out by hand, and the work plan.h counts for it.
+// (How close the model comes to real steps is a benchmark's question:
+// bench/bench_step_time.sh.)
+#include <doctest/doctest.h>
+
+#include "../examples/gpt/step_time.h"
+
+namespace {
+
+gpt::Machine simple_machine() {
+  gpt::Machine m;
+  m.name = "test";
+  m.flops = 100, m.attention_flops = 50, m.memory_bw = 10;
+  m.link_bw = 1000, m.link_latency = 0.5;
+  m.network_bw = 100, m.network_latency = 2;
+  m.ranks_per_host = 4;
+  return m;
+}
+
+gpt::RankPlan rank_with_work(double flops, double attention, double traffic, double per_micro_batch = 1) {
+  gpt::RankPlan r;
+  r.flops = flops, r.attention_flops = attention, r.memory_traffic = traffic, r.per_micro_batch = per_micro_batch;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("step_time: compute is each kind of work at its own rate; the slowest rank sets it") {
+  gpt::Plan p;
+  p.ranks = {rank_with_work(1000, 100, 50), rank_with_work(500, 100, 50)};
+  const gpt::StepTime t = gpt::step_time(p, {.dp = 2}, simple_machine());
+  CHECK(t.compute == doctest::Approx(1000.0 / 100 + 100.0 / 50 + 50.0 / 10));  // 17
+  CHECK(t.comm == 0);
+  CHECK(t.total == doctest::Approx(17));
+}
+
+TEST_CASE("step_time: each axis on its link, latency per operation plus bytes over bandwidth") {
+  using K = ringgrad::parallel::Collective;
+  gpt::Plan p;
+  gpt::RankPlan r = rank_with_work(100, 0, 0);
+  r.sent.add(gpt::Axis::Tp, K::AllReduce, 4, 250);  // 4 operations, 1000 bytes in all
+  r.sent.add(gpt::Axis::Data, K::AllReduce, 2, 50);
+  p.ranks = {r};
+  // tp 4 within a host of 4: the link. The data group (dp 2) spans 8 ranks: the network.
+  const gpt::StepTime within = gpt::step_time(p, {.dp = 2, .tp = 4}, simple_machine());
+  CHECK(within.comm == doctest::Approx((4 * 0.5 + 1000.0 / 1000) + (2 * 2 + 100.0 / 100)));  // 3 + 5
+  // tp 8 on hosts of 4: tp's group spans two hosts and goes on the network too.
+  const gpt::StepTime across = gpt::step_time(p, {.dp = 2, .tp = 8}, simple_machine());
+  CHECK(across.comm == doctest::Approx((4 * 2 + 1000.0 / 100) + (2 * 2 + 100.0 / 100)));  // 18 + 5
+  CHECK(across.total == doctest::Approx(across.compute + across.comm));
+}
+
+TEST_CASE("step_time: where the machine overlaps, the data group's traffic hides behind backward") {
+  using K = ringgrad::parallel::Collective;
+  gpt::Plan p;
+  gpt::RankPlan r = rank_with_work(600, 0, 0);  // 6 s of compute: backward is 4 of them
+  r.sent.add(gpt::Axis::Data, K::AllReduce, 1, 500);  // 2 + 5 = 7 s on the network
+  p.ranks = {r};
+  gpt::Machine m = simple_machine();
+  CHECK(gpt::step_time(p, {.dp = 8}, m).comm == doctest::Approx(7));
+  m.overlap = true;
+  CHECK(gpt::step_time(p, {.dp = 8}, m).comm == doctest::Approx(3));  // what is longer than backward
+  r.sent = {};
+  r.sent.add(gpt::Axis::Data, K::AllReduce, 1, 100);  // 3 s: hidden whole
+  p.ranks = {r};
+  CHECK(gpt::step_time(p, {.dp = 8}, m).comm == 0);
+}
+
+TEST_CASE("step_time: a pipeline's m micro-batches take m + p - 1 slots of the slowest stage's") {
+  gpt::Plan p;
+  // Two stages, 4 micro-batches: stage 0 does 4 s a step (1 s a micro-batch), stage 1 8 s.
+  p.ranks = {rank_with_work(400, 0, 0, 0.25), rank_with_work(800, 0, 0, 0.25)};
+  const gpt::StepTime t = gpt::step_time(p, {.pp = 2, .micro_batches = 4}, simple_machine());
+  CHECK(t.compute == doctest::Approx((4 + 2 - 1) * 2.0));
+  const gpt::StepTime twice = gpt::step_time(p, {.pp = 2, .grad_accum = 2, .micro_batches = 4}, simple_machine());
+  CHECK(twice.compute == doctest::Approx(2 * (4 + 2 - 1) * 2.0));
+}
+
+TEST_CASE("plan: the work it counts for the step's time") {
+  gpt::GPTConfig c;
+  c.layers = 2, c.d_model = 64, c.heads = 4, c.seq = 32;
+  const gpt::PlanLayout one{.batch = 4};
+  const gpt::RankPlan none = gpt::plan(c, one).largest;
+  // GEMMs: a block's q, k, v, out_proj and the MLP's two, 2·bT·12E² forward, 3 times with
+  // backward; the head 2·bT·E·V, 3 times.
+  const double bT = 4 * 32, E = 64, block = 3 * 2 * bT * 12 * E * E, head = 3 * 2 * bT * E * 256;
+  CHECK(none.flops == doctest::Approx(2 * block + head));
+  CHECK(none.attention_flops == doctest::Approx(2 * 3.5 * 2 * bT * 32 * E));
+  // Full recomputation runs each block's forward once more; tp 2 halves each rank's share.
+  c.recompute = "full";
+  CHECK(gpt::plan(c, one).largest.flops == doctest::Approx(2 * block * 4 / 3 + head));
+  c.recompute = "none";
+  const gpt::RankPlan split = gpt::plan(c, {.tp = 2, .batch = 4}).largest;
+  CHECK(split.flops == doctest::Approx(none.flops / 2));
+  CHECK(split.attention_flops == doctest::Approx(none.attention_flops / 2));
+  CHECK(none.memory_traffic > 0);
+}
