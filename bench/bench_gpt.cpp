@@ -92,8 +92,8 @@ int main(int argc, char** argv) {
     rg::optim::AdamW opt(model.parameters(), {.lr = 1e-3, .weight_decay = 0.01});
     rg::Generator data(1 + uint64_t(world.rank()));
     auto step = [&] {
-      rg::Tensor tokens = rg::randint(0, gpt::GPTConfig::vocab, {local, config.seq}, &data);
-      rg::Tensor targets = rg::randint(0, gpt::GPTConfig::vocab, {local, config.seq}, &data);
+      rg::Tensor tokens = rg::randint(0, config.vocab, {local, config.seq}, &data);
+      rg::Tensor targets = rg::randint(0, config.vocab, {local, config.seq}, &data);
       opt.zero_grad();
       const int64_t rows = local / accumulation;
       for (int64_t k = 0; k < accumulation; ++k) {
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
         if (ddp && k + 1 < accumulation) quiet.emplace(*ddp);  // all-reduce after the last only
         rg::Tensor x = tokens.narrow(0, k * rows, rows), y = targets.narrow(0, k * rows, rows);
         rg::Tensor logits = ddp ? (*ddp)(x) : model(x);  // (B/N/accumulation, T, 256)
-        (rg::nn::cross_entropy(logits.reshape({-1, gpt::GPTConfig::vocab}), y.reshape({-1})) *
+        (rg::nn::cross_entropy(logits.reshape({-1, config.vocab}), y.reshape({-1})) *
          (1.0 / double(accumulation)))
             .backward();
       }

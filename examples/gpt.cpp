@@ -56,7 +56,7 @@
 // bytes and operations of each kind of collective ("all_reduce:MB/operations,…"), as a run's
 // RESULT line prints what it sent in its measured step. --machine here|h100|h200 adds the
 // step's predicted time (gpt/step_time.h): `here` probes this machine on the ranks rgrun
-// started (rgrun -n N gpt ... --plan --machine here), h100 and h200 are GPU clusters from
+// started (rgrun -n N gpt ... --plan --machine here), a100, h100 and h200 are GPU clusters from
 // their datasheets; RESULT plan then ends machine=… step_s=… compute_s=… comm_s=… mfu=….
 // --check-plan trains as usual, then prints the plan beside what the largest rank held,
 // one CHECK line each (tests/check_gpt_plan.sh, docs/learn chapters 0 and 2).
@@ -239,7 +239,7 @@ struct Trainer {
   }
   rg::Tensor loss_of(const rg::Tensor& tokens, const rg::Tensor& targets) {
     rg::Tensor logits = forward(tokens);
-    return rg::nn::cross_entropy(logits.reshape({-1, GPTConfig::vocab}), targets.reshape({-1}));
+    return rg::nn::cross_entropy(logits.reshape({-1, model.wte.num_embeddings}), targets.reshape({-1}));
   }
   par::Pipeline::LossFn vocab_parallel_loss() {
     return [this](const rg::Tensor& logits, const rg::Tensor& targets) {
@@ -285,7 +285,7 @@ struct Trainer {
     if (groups->pp_size > 1) {
       rg::Tensor g = stage->wte ? stage->wte->weight.grad()
                                 : rg::Tensor();
-      rg::Tensor total = g.defined() ? g : rg::zeros({GPTConfig::vocab / groups->tp.size(), model.wte.embedding_dim});
+      rg::Tensor total = g.defined() ? g : rg::zeros({model.wte.num_embeddings / groups->tp.size(), model.wte.embedding_dim});
       if (stage->wte && !g.defined()) stage->wte->weight.set_grad(total);
       groups->pp.all_reduce(total, par::Reduce::Sum);
     }
@@ -427,6 +427,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"learned", "rope"}));
   app.add_option("--mlp", config.mlp, "gelu (GPT-2's) or swiglu (Llama's gated MLP)")
       ->check(CLI::IsMember({"gelu", "swiglu"}));
+  app.add_option("--ff", config.ff, "with --mlp swiglu: its hidden width (default: 8/3 --d-model, rounded up to 8)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--vocab", config.vocab, "with --plan: the vocabulary's size (a run reads bytes: 256)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--recompute", config.recompute,
                  "activation recomputation: none, selective (each block's MLP) or full (each block)")
       ->check(CLI::IsMember({"none", "selective", "full"}));
@@ -462,9 +466,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   std::string machine_name;
   app.add_option("--machine", machine_name, "with --plan: predict the step's time on this machine (here: "
-                 "measured by a short probe on the ranks rgrun started) or on a GPU cluster (h100, h200: "
+                 "measured by a short probe on the ranks rgrun started) or on a GPU cluster (a100, h100, h200: "
                  "published figures; gpt/step_time.h)")
-      ->check(CLI::IsMember({"here", "h100", "h200"}));
+      ->check(CLI::IsMember({"here", "a100", "h100", "h200"}));
   bool budget = false;
   app.add_flag("--budget", budget, "print each rank's parameters and bytes sent per mesh axis in step 2, "
                "beside gpt/budget.h's formulas (--strategy ddp, --cp 1)");
@@ -483,14 +487,18 @@ int main(int argc, char** argv) {
              world_size, ", got ", dp, " x ", pp, " x ", cp, " x ", tp);
     RG_CHECK(pp <= config.layers && config.layers % pp == 0, "gpt", "expected --pp to divide --layers ",
              config.layers, ", got ", pp);
-    RG_CHECK(config.heads % tp == 0 && GPTConfig::vocab % tp == 0, "gpt",
-             "expected --tp to divide --heads ", config.heads, " and the vocabulary 256, got ", tp);
+    RG_CHECK(config.heads % tp == 0 && config.vocab % tp == 0, "gpt", "expected --tp to divide --heads ",
+             config.heads, " and the vocabulary ", config.vocab, ", got ", tp);
     RG_CHECK(pp == 1 || batch % micro_batches == 0, "gpt", "expected --micro-batches to divide --batch-size ",
              batch, ", got ", micro_batches);
     RG_CHECK(config.d_model % config.heads == 0, "gpt", "expected --heads to divide --d-model ",
              config.d_model, ", got ", config.heads);
     RG_CHECK(cp == 1 || config.seq % (2 * cp) == 0, "gpt", "expected --seq divisible by 2 x --cp = ",
              2 * cp, " (the zigzag cut), got ", config.seq);
+    RG_CHECK(config.ff == 0 || config.mlp == "swiglu", "gpt", "expected --ff only with --mlp swiglu (GELU's MLP "
+             "is 4 x --d-model wide), got --ff ", config.ff);
+    RG_CHECK(config.vocab == 256 || plan_only, "gpt", "expected --vocab only with --plan (a run's tokens are "
+             "bytes: a vocabulary of 256), got --vocab ", config.vocab);
     RG_CHECK(config.kv_heads == 0 || config.heads % config.kv_heads == 0, "gpt",
              "expected --kv-heads dividing --heads ", config.heads, ", got ", config.kv_heads);
     RG_CHECK(config.pos != "rope" || (config.d_model / config.heads) % 2 == 0, "gpt",

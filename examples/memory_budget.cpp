@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     RG_CHECK(c.d_model % c.heads == 0, "memory_budget", "expected --heads dividing --d-model ",
              c.d_model, ", got ", c.heads);
     const double B = double(batch), T = double(c.seq), E = double(c.d_model), H = double(c.heads),
-                 L = double(c.layers), V = double(gpt::GPTConfig::vocab);
+                 L = double(c.layers), V = double(c.vocab);
 
     // The data first, so that it is not counted as model memory.
     rg::manual_seed(0);

@@ -69,6 +69,7 @@ llama=(--norm rmsnorm --pos rope --mlp swiglu --kv-heads 2)
 check 2 --strategy zero2 "${llama[@]}"
 check 4 --strategy fsdp "${llama[@]}" --grad-accum 2 --batch-size 4
 check 2 --strategy ddp "${llama[@]}" --recompute selective
+check 2 --strategy zero1 "${llama[@]}" --ff 96
 check 2 --strategy ddp "${llama[@]}" --precision bf16
 [ $status -eq 0 ] || echo "FAILED: a prediction missed" >&2
 exit $status

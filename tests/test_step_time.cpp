@@ -42,27 +42,35 @@ TEST_CASE("step_time: each axis on its link, latency per operation plus bytes ov
   r.sent.add(gpt::Axis::Tp, K::AllReduce, 4, 250);  // 4 operations, 1000 bytes in all
   r.sent.add(gpt::Axis::Data, K::AllReduce, 2, 50);
   p.ranks = {r};
-  // tp 4 within a host of 4: the link. The data group (dp 2) spans 8 ranks: the network.
+  // tp 4 within a host of 4: the link. The data group (dp 2, one member a host): the network.
   const gpt::StepTime within = gpt::step_time(p, {.dp = 2, .tp = 4}, simple_machine());
   CHECK(within.comm == doctest::Approx((4 * 0.5 + 1000.0 / 1000) + (2 * 2 + 100.0 / 100)));  // 3 + 5
-  // tp 8 on hosts of 4: tp's group spans two hosts and goes on the network too.
+  // tp 8 on hosts of 4: tp's group spans two hosts, 4 members on each: 4 adapters' worth.
   const gpt::StepTime across = gpt::step_time(p, {.dp = 2, .tp = 8}, simple_machine());
-  CHECK(across.comm == doctest::Approx((4 * 2 + 1000.0 / 100) + (2 * 2 + 100.0 / 100)));  // 18 + 5
+  CHECK(across.comm == doctest::Approx((4 * 2 + 1000.0 / 400) + (2 * 2 + 100.0 / 100)));  // 10.5 + 5
   CHECK(across.total == doctest::Approx(across.compute + across.comm));
+  // dp 8 alone on hosts of 4, with faster adapters: 4 × 500 would pass the link's 1000, which caps it.
+  gpt::Machine fast_network = simple_machine();
+  fast_network.network_bw = 500;  // 4 × 500 > the link's 1000
+  gpt::Plan q;
+  gpt::RankPlan data_only = rank_with_work(100, 0, 0);
+  data_only.sent.add(gpt::Axis::Data, K::AllReduce, 1, 1000);
+  q.ranks = {data_only};
+  CHECK(gpt::step_time(q, {.dp = 8}, fast_network).comm == doctest::Approx(2 + 1000.0 / 1000));
 }
 
 TEST_CASE("step_time: where the machine overlaps, the data group's traffic hides behind backward") {
   using K = ringgrad::parallel::Collective;
   gpt::Plan p;
   gpt::RankPlan r = rank_with_work(600, 0, 0);  // 6 s of compute: backward is 4 of them
-  r.sent.add(gpt::Axis::Data, K::AllReduce, 1, 500);  // 2 + 5 = 7 s on the network
+  r.sent.add(gpt::Axis::Data, K::AllReduce, 1, 2000);  // 2 + 2000 / (4 × 100) = 7 s on the network
   p.ranks = {r};
   gpt::Machine m = simple_machine();
   CHECK(gpt::step_time(p, {.dp = 8}, m).comm == doctest::Approx(7));
   m.overlap = true;
   CHECK(gpt::step_time(p, {.dp = 8}, m).comm == doctest::Approx(3));  // what is longer than backward
   r.sent = {};
-  r.sent.add(gpt::Axis::Data, K::AllReduce, 1, 100);  // 3 s: hidden whole
+  r.sent.add(gpt::Axis::Data, K::AllReduce, 1, 400);  // 3 s: hidden whole
   p.ranks = {r};
   CHECK(gpt::step_time(p, {.dp = 8}, m).comm == 0);
 }

@@ -53,7 +53,7 @@ inline double all_reduce_bytes(double n, int64_t g) { return 2.0 * double(g - 1)
 inline double broadcast_bytes(double n, int64_t g) { return double(g - 1) / double(g) * n; }
 
 inline Budget predict_budget(const GPTConfig& c, int64_t batch, const BudgetLayout& l) {
-  const double E = double(c.d_model), T = double(c.seq), V = double(GPTConfig::vocab);
+  const double E = double(c.d_model), T = double(c.seq), V = double(c.vocab);
   const double B = double(batch), t = double(l.tp), blocks = double(c.layers / l.pp);
   const bool first = l.stage == 0, last = l.stage == l.pp - 1;
   const bool pipeline = l.pp > 1 || l.tp > 1;  // gpt.cpp's 4D path (else plain DDP)

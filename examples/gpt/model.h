@@ -27,11 +27,12 @@ namespace rg = ringgrad;
 
 struct GPTConfig {
   int64_t seq = 128, layers = 4, d_model = 128, heads = 4;
-  static constexpr int64_t vocab = 256;  // bytes
+  int64_t vocab = 256;  // bytes (training reads bytes; another vocabulary only for --plan)
   // The modern (Llama's) blocks, each an option; the defaults are GPT-2's.
   std::string norm = "layernorm";  // or rmsnorm (nn::RMSNorm, torch's default eps)
   std::string pos = "learned";     // or rope: rotary embeddings on q and k, no wpe
   std::string mlp = "gelu";        // or swiglu: w2(silu(w1 x) · w3 x), hidden ≈ 8/3 d_model
+  int64_t ff = 0;                  // SwiGLU's hidden width (0: Llama's rule, below)
   int64_t kv_heads = 0;            // grouped-query attention: K/V heads (0: --heads)
   // What each block keeps for backward (activation recomputation, nn/checkpoint.h):
   //   none       everything its ops save: about 16·B·T·E numbers a block. The fused attention
@@ -44,6 +45,12 @@ struct GPTConfig {
   //   full       the whole block recomputed from its input: one B·T·E tensor a block kept,
   //              for one more forward of every block (about a third more compute).
   std::string recompute = "none";
+  // The MLP's hidden width: GELU's 4·d_model, SwiGLU's --ff or Llama's 2/3 of 4·d_model
+  // rounded up to a multiple of 8.
+  int64_t hidden() const {
+    if (mlp != "swiglu") return 4 * d_model;
+    return ff > 0 ? ff : (8 * d_model / 3 + 7) / 8 * 8;
+  }
   bool gpt2() const {
     return norm == "layernorm" && pos == "learned" && mlp == "gelu" && (kv_heads == 0 || kv_heads == heads);
   }
@@ -85,8 +92,7 @@ class Block : public rg::nn::Module {
         attn(c.d_model, c.heads, {.batch_first = true, .kv_heads = c.kv_heads, .rotary = c.pos == "rope"}),
         recompute(c.recompute), positions_(positions), rope_(c.pos == "rope") {
     if (c.mlp == "swiglu") {
-      const int64_t hidden = (8 * c.d_model / 3 + 7) / 8 * 8;  // Llama's 2/3 of 4·d, rounded up to 8
-      mlp = std::make_shared<rg::nn::SwiGLU>(c.d_model, hidden);
+      mlp = std::make_shared<rg::nn::SwiGLU>(c.d_model, c.hidden());
     } else {
       fc = std::make_shared<rg::nn::Linear>(c.d_model, 4 * c.d_model);
       proj = std::make_shared<rg::nn::Linear>(4 * c.d_model, c.d_model);
@@ -136,7 +142,7 @@ class Block : public rg::nn::Module {
 class GPT : public rg::nn::Module {
  public:
   explicit GPT(const GPTConfig& c)
-      : wte(GPTConfig::vocab, c.d_model) {
+      : wte(c.vocab, c.d_model) {
     register_module("wte", wte);
     if (c.pos != "rope") {  // learned positions; with rope the blocks rotate q and k instead
       wpe = std::make_unique<rg::nn::Embedding>(c.seq, c.d_model);

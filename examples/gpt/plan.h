@@ -126,7 +126,7 @@ struct ParamTensor {
 };
 
 inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp, int64_t stage, int64_t pp) {
-  const int64_t E = c.d_model, V = GPTConfig::vocab, t = tp;
+  const int64_t E = c.d_model, V = c.vocab, t = tp;
   const int64_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads, kvE = E / c.heads * kv;
   const bool first = stage == 0, last = stage == pp - 1, rms = c.norm == "rmsnorm";
   std::vector<ParamTensor> out;
@@ -146,7 +146,7 @@ inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp
     out.push_back({E, u});
     norm(u);
     if (c.mlp == "swiglu") {
-      const int64_t h = (8 * E / 3 + 7) / 8 * 8;
+      const int64_t h = c.hidden();
       for (int i = 0; i < 3; ++i) out.push_back({h * E, u});
     } else {
       out.push_back({4 * E / t * E, u});
@@ -202,12 +202,12 @@ struct Kept {
 
 inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
   const double T = double(c.seq / l.cp), E = double(c.d_model), H = double(c.heads), t = double(l.tp);
-  const double V = double(GPTConfig::vocab), bTE = b * T * E, bT = b * T;
+  const double V = double(c.vocab), bTE = b * T * E, bT = b * T;
   const double merge = l.merge_is_view ? 0 : bTE / t;  // the heads merged by a copy (the GEMM route)
   Kept k;
   // The MLP's backward: the hidden layer's gradients before and after GELU, the block input's,
   // fc's weight's (SwiGLU: those of w1's, w3's and the product, and their weights').
-  const double hidden = double((8 * c.d_model / 3 + 7) / 8 * 8);
+  const double hidden = double(c.hidden());
   k.mlp_grads = c.mlp == "swiglu" ? 4 * (3 * b * T * hidden + bTE + 2 * hidden * E)
                                   : 4 * (6 * bTE / t + bTE + 4 * E * E / t);
   if (l.precision == "fp32") {
@@ -273,7 +273,7 @@ struct Work {
 inline Work work(const GPTConfig& c, const PlanLayout& l, double b, double blocks, bool last) {
   const double T = double(c.seq / l.cp), E = double(c.d_model), t = double(l.tp), bT = b * T;
   const double kv = c.kv_heads == 0 ? double(c.heads) : double(c.kv_heads), kvE = E / double(c.heads) * kv;
-  const double hidden = c.mlp == "swiglu" ? double((8 * c.d_model / 3 + 7) / 8 * 8) : 4 * E;
+  const double hidden = double(c.hidden());
   // A block's forward GEMMs (2 FLOPs a multiply-add): q, k and v, out_proj, the MLP's two
   // (SwiGLU's three); attention's scores and weighted sum, causal: each query meets half the
   // sequence's keys on average (under context parallelism too: T/cp queries, all T keys).
@@ -287,7 +287,7 @@ inline Work work(const GPTConfig& c, const PlanLayout& l, double b, double block
   if (c.recompute == "full") block += attention_gemms + mlp_gemms, attention += scores;
   if (c.recompute == "selective") block += mlp_gemms;
   Work w;
-  w.flops = blocks * block + (last ? 3 * 2 * bT * E * double(GPTConfig::vocab) / t : 0);  // the head
+  w.flops = blocks * block + (last ? 3 * 2 * bT * E * double(c.vocab) / t : 0);  // the head
   w.attention_flops = blocks * attention;
   // The other ops: forward writes each tensor a block keeps and the next op reads it (twice
   // what it keeps); backward reads it, writes its gradient and reads that (three times);
@@ -315,7 +315,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
   for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1)) whole += double(p.numel);
   const double m = double(l.pp > 1 ? l.micro_batches : 1);
   const double b = double(l.batch) / m;  // rows per forward (per micro-batch)
-  const double V = double(GPTConfig::vocab), T = double(c.seq / l.cp), E = double(c.d_model);
+  const double V = double(c.vocab), T = double(c.seq / l.cp), E = double(c.d_model);
   // The step's batch as int64 tokens and targets: every rank builds the whole global batch's
   // windows, then its replica's rows (contiguous copies), then its cp shard.
   const double data = 2 * 8 * (double(l.dp * l.batch * l.grad_accum) * double(c.seq) +

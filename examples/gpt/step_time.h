@@ -13,7 +13,8 @@
 //             slowest stage's micro-batch (1F1B's bubble: (p − 1)/m more).
 //   comm      per mesh axis, operations × latency + bytes / bandwidth, on the link the axis's
 //             ranks share: within a host, or the network when the group spans hosts (the mesh
-//             puts tp's ranks closest, then cp's, pp's, dp's).
+//             puts tp's ranks closest, then cp's, pp's, dp's), where the group's members on
+//             one host share the traffic out of it over their adapters (wire_of).
 //   total     compute + comm; where the machine overlaps them (a GPU: NCCL's kernels run beside
 //             the compute), the data-parallel group's collectives hide behind backward and only
 //             what is longer than backward shows. On a CPU the same cores do both: nothing hides.
@@ -26,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "../mfu.h"
 #include "plan.h"
@@ -90,7 +92,7 @@ inline Machine probe_machine(par::World& world, const GPTConfig& c, const PlanLa
   m.name = "here";
   const rg::DType dtype = l.precision == "fp32" ? rg::kFloat32 : l.precision == "fp16" ? rg::kFloat16 : rg::kBFloat16;
   const int64_t b = l.batch / (l.pp > 1 ? l.micro_batches : 1), T = c.seq / l.cp, E = c.d_model;
-  const int64_t hidden = (c.mlp == "swiglu" ? (8 * c.d_model / 3 + 7) / 8 * 8 : 4 * E) / l.tp, rows = b * T;
+  const int64_t hidden = c.hidden() / l.tp, rows = b * T;
   comm.barrier();
   rg::Tensor rate = rg::full({1}, -mfu::peak_flops(), {.dtype = rg::kFloat64});  // MFU's yardstick,
   comm.all_reduce(rate, par::Reduce::Max);                                       // the slowest rank's
@@ -131,23 +133,27 @@ inline Machine probe_machine(par::World& world, const GPTConfig& c, const PlanLa
   return m;
 }
 
-// A GPU cluster from published figures: "h100" (DGX H100: 8 H100 SXM a host, NVLink 4 within,
-// one 400 Gb/s InfiniBand NIC a GPU between) or "h200" (the same with H200's memory), running
-// `precision`: bf16 and fp16 on the tensor cores (989 TFLOP/s dense), fp32 on the CUDA cores
-// (67 TFLOP/s: ringgrad's float32 GEMMs do not use TF32 unless a program allows it). The GEMM
-// and attention rates are assumptions, said here: large GEMMs reach about 75% of the peak,
-// fused attention forward and backward about 40% (FlashAttention-2's reported rates on H100;
-// FlashAttention-3's forward reaches more).
+// A GPU cluster from published figures: "a100" (DGX A100: 8 A100 SXM 80 GB a host, NVLink 3
+// within, one 200 Gb/s InfiniBand adapter a GPU between), "h100" (DGX H100: 8 H100 SXM, NVLink 4,
+// 400 Gb/s a GPU) or "h200" (the same with H200's memory), running `precision`: bf16 and fp16
+// on the tensor cores (312 and 989 TFLOP/s dense), fp32 on the CUDA cores (19.5 and 67: ringgrad's
+// float32 GEMMs do not use TF32 unless a program allows it). The GEMM and attention rates are
+// assumptions, said here: large GEMMs reach about 75% of the peak, fused attention forward and
+// backward about 40% (FlashAttention-2's reported rates; FlashAttention-3's forward on H100
+// reaches more); a link about 80% of its rate.
 inline Machine published_machine(const std::string& name, const std::string& precision) {
+  RG_CHECK(name == "a100" || name == "h100" || name == "h200", "published_machine",
+           "expected a100, h100 or h200, got ", name);
+  const bool a100 = name == "a100";
   Machine m;
   m.name = name;
-  m.peak_flops = precision == "fp32" ? 67e12 : 989e12;  // H100/H200 SXM datasheets
+  m.peak_flops = precision == "fp32" ? (a100 ? 19.5e12 : 67e12) : (a100 ? 312e12 : 989e12);  // SXM datasheets
   m.flops = 0.75 * m.peak_flops;
   m.attention_flops = 0.4 * m.peak_flops;
-  m.memory_bw = name == "h200" ? 4.8e12 : 3.35e12;
-  m.memory_bytes = name == "h200" ? 141e9 : 80e9;
-  m.link_bw = 450e9 * 0.8, m.link_latency = 10e-6;      // NVLink 4: 450 GB/s a direction, ~80% reached
-  m.network_bw = 50e9 * 0.8, m.network_latency = 25e-6;  // 400 Gb/s a GPU
+  m.memory_bw = a100 ? 2.039e12 : name == "h200" ? 4.8e12 : 3.35e12;
+  m.memory_bytes = a100 ? 80e9 : name == "h200" ? 141e9 : 80e9;
+  m.link_bw = (a100 ? 300e9 : 450e9) * 0.8, m.link_latency = 10e-6;  // NVLink 3 / 4, a direction
+  m.network_bw = (a100 ? 25e9 : 50e9) * 0.8, m.network_latency = 25e-6;  // 200 / 400 Gb/s a GPU
   m.ranks_per_host = 8;
   m.overlap = true;
   return m;
@@ -159,10 +165,37 @@ struct StepTime {
   double total = 0;    // seconds per step
 };
 
+// Rank 0's group on `axis`, in the mesh's order (dp, pp, cp, tp: tp varies fastest); the data
+// group is dp × cp.
+inline std::vector<int64_t> group_of_rank0(const PlanLayout& l, Axis axis) {
+  std::vector<int64_t> out;
+  for (int64_t d = 0; d < (axis == Axis::Data ? l.dp : 1); ++d)
+    for (int64_t p = 0; p < (axis == Axis::Pp ? l.pp : 1); ++p)
+      for (int64_t c = 0; c < (axis == Axis::Cp || axis == Axis::Data ? l.cp : 1); ++c)
+        for (int64_t t = 0; t < (axis == Axis::Tp ? l.tp : 1); ++t) out.push_back(((d * l.pp + p) * l.cp + c) * l.tp + t);
+  return out;
+}
+
+// How an axis's collectives move: within a host on its link; across hosts, each host's members
+// of the group share the traffic that leaves it over their own network adapters (NCCL runs one
+// ring per adapter, each crossing every host boundary once), so a rank sends at members-per-host
+// times an adapter's rate, up to the link's.
+struct Wire {
+  double bandwidth = 0, latency = 0;
+};
+
+inline Wire wire_of(const PlanLayout& l, Axis axis, const Machine& m) {
+  const std::vector<int64_t> group = group_of_rank0(l, axis);
+  int64_t hosts = 0;  // how many hosts hold members (in increasing order: count the changes)
+  for (size_t i = 0; i < group.size(); ++i)
+    hosts += i == 0 || group[i] / m.ranks_per_host != group[i - 1] / m.ranks_per_host;
+  if (hosts == 1) return {m.link_bw, m.link_latency};
+  const double per_host = double(group.size()) / double(hosts);
+  return {std::min(m.link_bw, per_host * m.network_bw), m.network_latency};
+}
+
 inline StepTime step_time(const Plan& p, const PlanLayout& l, const Machine& m) {
-  // The link of each axis: whether its group stays within a host (tp's ranks are closest).
   const int64_t size[kAxes] = {l.tp, l.pp, l.cp, l.dp * l.cp};
-  const int64_t span[kAxes] = {l.tp, l.tp * l.cp * l.pp, l.tp * l.cp, l.dp > 1 ? l.world() : l.tp * l.cp};
   StepTime s;
   double slowest_micro_batch = 0, slowest_compute = 0;
   for (const RankPlan& r : p.ranks) {
@@ -172,9 +205,8 @@ inline StepTime step_time(const Plan& p, const PlanLayout& l, const Machine& m) 
     double comm = 0;
     for (int a = 0; a < kAxes; ++a) {
       if (size[a] <= 1) continue;
-      const bool network = span[a] > m.ranks_per_host;
-      double t = r.sent.axis_operations[size_t(a)] * (network ? m.network_latency : m.link_latency) +
-                 r.sent.axis_bytes[size_t(a)] / (network ? m.network_bw : m.link_bw);
+      const Wire w = wire_of(l, Axis(a), m);
+      double t = r.sent.axis_operations[size_t(a)] * w.latency + r.sent.axis_bytes[size_t(a)] / w.bandwidth;
       if (a == int(Axis::Data) && m.overlap) t = std::max(0.0, t - 2.0 / 3.0 * compute);  // behind backward
       comm += t;
     }
