@@ -53,10 +53,6 @@ inline void print_budget(par::World& world, const GPTConfig& config, int64_t bat
 
 // What each rank will hold (gpt/plan.h), per pipeline stage, then the largest rank's as
 // RESULT plan …, in the fields a run's RESULT line measures.
-// Whether the plan has the activations and the peak: every block in float32, GPT-2's under autocast.
-inline bool peak_planned(const GPTConfig& config, const PlanLayout& layout) {
-  return config.gpt2() || layout.precision == "fp32";
-}
 
 // A step's traffic by kind of collective, the kinds it uses in parallel/communicator.h's
 // order: "all_reduce:MB/operations,send:MB/operations" (MB to the byte), or "none".
@@ -109,18 +105,13 @@ inline void print_plan(const GPTConfig& config, const PlanLayout& layout, const 
                 machine->attention_flops / 1e9, machine->memory_bw / 1e9,
                 machine->link_bw / 1e9, machine->link_latency * 1e6, static_cast<long long>(machine->ranks_per_host),
                 machine->network_bw / 1e9, machine->network_latency * 1e6);
-  if (!peak_planned(config, layout))
-    std::printf("(activations and peak: not planned for Llama's blocks under --precision %s yet, only in "
-                "float32; parameters, gradients, optimizer state and bytes sent are)\n",
-                layout.precision.c_str());
   std::printf("RESULT plan world=%lld strategy=%s dp=%lld cp=%lld tp=%lld pp=%lld recompute=%s grad_accum=%lld "
               "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f comm_mb=%.6f",
               static_cast<long long>(layout.world()), layout.strategy.c_str(), static_cast<long long>(layout.dp),
               static_cast<long long>(layout.cp), static_cast<long long>(layout.tp), static_cast<long long>(layout.pp),
               config.recompute.c_str(), static_cast<long long>(layout.grad_accum), r.params / 1e6, r.grads / 1e6,
               r.optim / 1e6, r.comm / 1e6);
-  if (peak_planned(config, layout))
-    std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
+  std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
   std::printf(" sent=%s gflops=%.3f attention_gflops=%.3f traffic_mb=%.1f", by_kind(r.sent).c_str(), r.flops / 1e9,
               r.attention_flops / 1e9, r.memory_traffic / 1e6);
   if (machine) {
@@ -129,7 +120,7 @@ inline void print_plan(const GPTConfig& config, const PlanLayout& layout, const 
                                                                                           layout.dp * config.seq);
     std::printf(" machine=%s step_s=%.4f compute_s=%.4f comm_s=%.4f mfu=%.3f", machine->name.c_str(), t.total, t.compute,
                 t.comm, model_flops / t.total / double(layout.world()) / machine->peak_flops);
-    if (machine->memory_bytes > 0 && peak_planned(config, layout))  // the peak against one GPU's memory
+    if (machine->memory_bytes > 0)  // the peak against one GPU's memory
       std::printf(" fits=%s", r.peak <= machine->memory_bytes ? "yes" : "no");
   }
   std::printf("\n");
