@@ -5,7 +5,8 @@
 //                            that backward announces itself (before_backward)
 //   3. before_backward /     gathered again in backward; when the unit's last
 //      on_gradient           gradient is final, flattened and reduce-scattered
-//   4. finish_backward       wait for the reduce-scatters, shards' .grad set
+//   4. finish_backward       wait for the last reduce-scatters, shards' .grad set
+//                            (the earlier ones complete during backward, two behind)
 // A unit moves between three states: Sharded (flat buffer released), Gathering
 // (all-gather in flight), Full. Every rank issues the same collectives in the same
 // order: forward visits the units in program order; backward reduce-scatters
@@ -72,7 +73,8 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
   // per backward
   bool active = false;
   std::vector<size_t> backward_order;  // reduce-scatters start strictly in this order
-  size_t next_to_reduce = 0;
+  size_t next_to_reduce = 0, next_to_complete = 0;  // in backward_order
+  static constexpr size_t kReductionsInFlight = 2;
 
   // ---- the three states of a unit
 
@@ -156,9 +158,15 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
     launch_ready_reductions();
   }
 
+  // Launches, in order, every reduce-scatter whose unit is ready, and completes those more than
+  // kReductionsInFlight behind the newest: each completed unit's whole flat gradient is freed
+  // then, so at most that many units' whole gradients are alive at once, not the model's.
   void launch_ready_reductions() {
-    while (next_to_reduce < backward_order.size() && units[backward_order[next_to_reduce]].ready)
+    while (next_to_reduce < backward_order.size() && units[backward_order[next_to_reduce]].ready) {
       reduce_scatter(units[backward_order[next_to_reduce++]]);
+      while (next_to_reduce - next_to_complete > kReductionsInFlight)
+        complete_reduction(units[backward_order[next_to_complete++]]);
+    }
   }
 
   // Flatten the unit's gradients, pre-divided by N, and reduce-scatter them: this
@@ -193,21 +201,25 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
     // Units this backward did not reach (or not all of their parameters), in order.
     for (size_t k : backward_order)
       if (!units[k].ready) mark_ready(k);
-    for (Unit& u : units) {
-      if (!u.reduce) continue;
-      timed_wait("wait reduce-scatter " + u.label(), u.reduce);
-      u.reduce.reset();
-      NoGradGuard no_grad;
-      Tensor g = u.shard.grad();
-      if (g.defined())
-        g.add_(u.grad_shard);  // accumulate across backwards, as .grad does
-      else
-        u.shard.set_grad(u.grad_shard);
-      u.grad_full = Tensor();
-      u.grad_shard = Tensor();
-    }
+    for (Unit& u : units) complete_reduction(u);
     for (Unit& u : units) reshard(u);
     active = false;
+  }
+
+  // Waits for the unit's reduce-scatter (if one is in flight), adds its averaged shard to
+  // the shard's .grad, and frees the whole flat gradient it was cut from.
+  void complete_reduction(Unit& u) {
+    if (!u.reduce) return;
+    timed_wait("wait reduce-scatter " + u.label(), u.reduce);
+    u.reduce.reset();
+    NoGradGuard no_grad;
+    Tensor g = u.shard.grad();
+    if (g.defined())
+      g.add_(u.grad_shard);  // accumulate across backwards, as .grad does
+    else
+      u.shard.set_grad(u.grad_shard);
+    u.grad_full = Tensor();
+    u.grad_shard = Tensor();
   }
 
   // ---- bookkeeping
@@ -227,7 +239,7 @@ struct FullyShardedDataParallel::State : std::enable_shared_from_this<State> {
       if (k != root() && !seen.count(k)) backward_order.push_back(k);
     if (has_root) backward_order.push_back(root());
     for (Unit& u : units) u.pending = u.params.size(), u.ready = false;
-    next_to_reduce = 0;
+    next_to_reduce = next_to_complete = 0;
     autograd::queue_callback([this] { finish_backward(); });
   }
 

@@ -27,8 +27,10 @@
 //     When every parameter of the unit has its gradient, the gradients are flattened
 //     (pre-divided by N) and reduce-scattered: rank r receives the sum of everyone's
 //     shard r — the averaged gradient of exactly the parameters it owns — in its
-//     shard's .grad. The full gradients and parameters are released.
-//  4. The end of backward waits for the reduce-scatters; optimizer.step() then
+//     shard's .grad. The full parameters are released at once, the full gradients when
+//     their reduce-scatter completes: at most two are in flight (a third waits for the
+//     oldest), so the whole gradients of at most two units are alive at once.
+//  4. The end of backward waits for the last reduce-scatters; optimizer.step() then
 //     updates each shard from its averaged gradient, as DDP's optimizer would.
 // Communication per step: 2 all-gathers + 1 reduce-scatter of the parameters, 1.5×
 // DDP's all-reduce (an all-reduce is a reduce-scatter plus an all-gather). Memory:

@@ -49,6 +49,8 @@ check 2 --strategy zero1
 check 2 --strategy zero2
 check 2 --strategy fsdp
 check 4 --strategy fsdp
+check 2 --strategy fsdp --layers 16 --d-model 256 --seq 16 --batch-size 1  # the gradients, not the activations, set the peak
+check 4 --strategy fsdp --layers 16 --d-model 256 --seq 16 --batch-size 1
 check 2 --strategy ddp --recompute full
 check 2 --strategy ddp --recompute selective
 check 2 --strategy ddp --grad-accum 2 --batch-size 4

@@ -338,6 +338,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     const std::vector<ParamTensor> ts = parameter_tensors(c, l.tp, s, l.pp);
     RankPlan r;
     double numel = 0, gathered = 0;  // fsdp: the units gathered at the peak
+    double unit_numel = 0, root_numel = 0;  // fsdp: a block unit's numbers (padded to n) and the root's
     double unit_shards = 0, root_shard = 0;  // fsdp: numbers of the block units' shards, and the root's
     for (const ParamTensor& p : ts) numel += double(p.numel);
     if (sharded) {
@@ -351,6 +352,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       // (gathered again for its backward) and the one before it (prefetched).
       const double block = *std::max_element(unit.begin() + 1, unit.end());
       gathered = 4 * (unit[0] + std::min(2.0, double(c.layers)) * block);
+      unit_numel = std::ceil(block / double(n)) * double(n), root_numel = unit[0];
       r.params = 4 * shards;
       r.grads = 4 * shards;
       r.optim = 8 * shards + 8 * double(unit.size());
@@ -397,7 +399,23 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     // A recomputed block's backward: its whole activations at once, and the MLP's gradients.
     if (c.recompute != "none")
       moment = std::max(moment, r.activations - (last ? k.head : 0) + k.block_whole - k.block + ring + k.mlp_grads);
-    moment = std::max(moment, ddp_buckets ? 0.0 : 4 * numel);  // the end of backward: the gradients
+    if (sharded) {
+      // FSDP's backward, unit by unit (parallel/fsdp.cpp): as block j of L (in backward's order)
+      // is flattened, the shards of the blocks reduced before it, the whole flat gradients of
+      // the two before it (their reduce-scatters in flight), its own .grad and flat copy, the
+      // root gathered for the step and the next block prefetched, and the blocks still to come
+      // keeping their activations; then the root's own, the same way.
+      const double L = double(c.layers), B = 4 * unit_numel, S = B / double(n), R = 4 * root_numel;
+      for (double j = 0; j < L; ++j) {
+        const double flight = std::min(2.0, j);
+        moment = std::max(moment, (j - flight) * S + flight * (B + S) + 2 * B + S + R + (j + 1 < L ? B : 0) +
+                                      (L - 1 - j) * k.block);
+      }
+      const double flight = std::min(2.0, L);
+      moment = std::max(moment, (L - flight) * S + flight * (B + S) + 3 * R + R / double(n));
+    } else {
+      moment = std::max(moment, ddp_buckets ? 0.0 : 4 * numel);  // the end of backward: the gradients
+    }
     r.peak = state + moment;
 
     // Bytes sent in one step (parallel/communicator.h counts an all-reduce of n bytes over g
