@@ -43,6 +43,19 @@ static void check_reduce(const Tensor& t, Reduce op, const char* name) {
            "expected a floating-point tensor for Reduce::Avg, got ", t.dtype());
 }
 
+namespace {
+
+// A Work that was done before anyone asked.
+class CompletedWork : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
+
+WorkHandle completed() { return std::make_shared<CompletedWork>(); }
+
+}  // namespace
+
 const char* collective_name(Collective kind) {
   static const char* names[kCollectives] = {"all_reduce", "broadcast",  "reduce", "all_gather",
                                             "reduce_scatter", "all_to_all", "send"};
@@ -60,6 +73,9 @@ WorkHandle Communicator::all_reduce_async(Tensor& t, Reduce op) {
   check(t, "all_reduce");
   check_reduce(t, op, "all_reduce");
   count_wire_bytes(Collective::AllReduce, 2.0 * (size() - 1) / size(), t);
+  // A group of one (a mesh axis of size 1): the reduction is t itself. Done here, not by a
+  // backend's communication thread, which the caller would wait on for nothing.
+  if (size() == 1) return completed();
   return do_all_reduce_async(t, op);
 }
 
@@ -67,6 +83,7 @@ WorkHandle Communicator::broadcast_async(Tensor& t, int root) {
   check(t, "broadcast");
   check_rank(root, "broadcast", "root");
   count_wire_bytes(Collective::Broadcast, double(size() - 1) / size(), t);
+  if (size() == 1) return completed();  // root's t is already every rank's
   return do_broadcast_async(t, root);
 }
 
@@ -75,6 +92,7 @@ WorkHandle Communicator::reduce_async(Tensor& t, int root, Reduce op) {
   check_rank(root, "reduce", "root");
   check_reduce(t, op, "reduce");
   count_wire_bytes(Collective::Reduce, double(size() - 1) / size(), t);
+  if (size() == 1) return completed();
   return do_reduce_async(t, root, op);
 }
 
@@ -198,15 +216,6 @@ Tensor Communicator::symmetric_empty(const Shape& shape, TensorOptions options) 
 }
 
 namespace {
-
-// A Work that was done before anyone asked.
-class CompletedWork : public Work {
- public:
-  void wait() override {}
-  bool is_completed() override { return true; }
-};
-
-WorkHandle completed() { return std::make_shared<CompletedWork>(); }
 
 // Checks nothing itself: the contract (above) is the same as on a real world.
 class SingleCommunicator : public Communicator {
