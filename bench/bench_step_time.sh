@@ -3,7 +3,7 @@
 # layout, on this machine (examples/gpt/step_time.h).
 #
 #   bench/bench_step_time.sh                   (build/ must be built; RINGGRAD_BUILD_DIR picks another)
-#   RINGGRAD_STEP_TIME_STEPS=20 bench/bench_step_time.sh
+#   RINGGRAD_STEP_TIME_STEPS=20 RINGGRAD_STEP_TIME_ROUNDS=3 bench/bench_step_time.sh
 #   bench/bench_step_time.sh --d-model 256 --heads 8   (flags go to every plan and run)
 #
 # For each layout below (one process; DDP, ZeRO-1, ZeRO-2, FSDP; recomputation; accumulation;
@@ -11,7 +11,8 @@
 # machine on the ranks rgrun starts and predicts the step's seconds; then a run of the same
 # layout trains RINGGRAD_STEP_TIME_STEPS steps (default 12; the first is not timed) and reports
 # its mean seconds per step. Each layout's plan and run are back to back, so a machine that
-# changes speed moves both. The target: measured/predicted within 0.75–1.25 on most layouts.
+# changes speed moves both, RINGGRAD_STEP_TIME_ROUNDS times (default 2); each side's mean
+# over the rounds counts. The target: measured/predicted within 0.75–1.25.
 # Per layout: RESULT bench=step_time layout="…" predicted_s=… compute_s=… comm_s=… measured_s=… ratio=…
 # Then: RESULT bench=step_time_summary layouts=N within_25pct=K worst_ratio=… median_ratio=…
 set -euo pipefail
@@ -22,22 +23,30 @@ ringgrad_program gpt  # sets $ringgrad_bin
 steps=${RINGGRAD_STEP_TIME_STEPS:-12}
 [[ $steps =~ ^[1-9][0-9]*$ ]] && [ "$steps" -ge 3 ] ||
   { echo "bench_step_time: RINGGRAD_STEP_TIME_STEPS must be an integer >= 3, got '$steps'" >&2; exit 2; }
+rounds=${RINGGRAD_STEP_TIME_ROUNDS:-2}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] ||
+  { echo "bench_step_time: RINGGRAD_STEP_TIME_ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2; }
 model=(--layers 4 --d-model 128 --heads 4 --seq 128 --batch-size 16 --eval-batches 1 --sample-length 0 "$@")
 
 field() { sed -nE "s/.* $1=([0-9.]+).*/\1/p"; }  # the number after " KEY=" on a line
 ratios=()
 layout() {  # N, then the layout's flags
-  local n=$1 plan run
+  local n=$1 plan run k p=0 c=0 m=0 r=0
   shift
-  plan=$(scripts/rgrun -n "$n" "$ringgrad_bin" "${model[@]}" "$@" --plan --machine here 2>&1 | grep '^RESULT plan') ||
-    { echo "bench_step_time: no plan for -n $n $*" >&2; exit 1; }
-  run=$(scripts/rgrun -n "$n" "$ringgrad_bin" "${model[@]}" "$@" --steps "$steps" 2>&1 | grep '^RESULT example=gpt') ||
-    { echo "bench_step_time: no run for -n $n $*" >&2; exit 1; }
-  local p r
-  p=$(echo "$plan" | field step_s) r=$(echo "$run" | field step_s)
+  for ((k = 0; k < rounds; ++k)); do
+    plan=$(scripts/rgrun -n "$n" "$ringgrad_bin" "${model[@]}" "$@" --plan --machine here 2>&1 | grep '^RESULT plan') ||
+      { echo "bench_step_time: no plan for -n $n $*" >&2; exit 1; }
+    run=$(scripts/rgrun -n "$n" "$ringgrad_bin" "${model[@]}" "$@" --steps "$steps" 2>&1 | grep '^RESULT example=gpt') ||
+      { echo "bench_step_time: no run for -n $n $*" >&2; exit 1; }
+    p=$(awk -v a="$p" -v b="$(echo "$plan" | field step_s)" 'BEGIN { print a + b }')
+    c=$(awk -v a="$c" -v b="$(echo "$plan" | field compute_s)" 'BEGIN { print a + b }')
+    m=$(awk -v a="$m" -v b="$(echo "$plan" | field comm_s)" 'BEGIN { print a + b }')
+    r=$(awk -v a="$r" -v b="$(echo "$run" | field step_s)" 'BEGIN { print a + b }')
+  done
   ratios+=("$(awk -v p="$p" -v r="$r" 'BEGIN { printf "%.3f", r / p }')")
-  printf 'RESULT bench=step_time layout="-n %s %s" predicted_s=%s compute_s=%s comm_s=%s measured_s=%s ratio=%s\n' \
-    "$n" "$*" "$p" "$(echo "$plan" | field compute_s)" "$(echo "$plan" | field comm_s)" "$r" "${ratios[-1]}"
+  awk -v p="$p" -v c="$c" -v m="$m" -v r="$r" -v k="$rounds" -v what="-n $n $*" -v ratio="${ratios[-1]}" 'BEGIN {
+    printf "RESULT bench=step_time layout=\"%s\" predicted_s=%.4f compute_s=%.4f comm_s=%.4f measured_s=%.4f ratio=%s\n",
+           what, p / k, c / k, m / k, r / k, ratio }'
 }
 layout 1
 layout 2 --strategy ddp

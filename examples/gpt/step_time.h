@@ -97,12 +97,12 @@ inline Machine probe_machine(par::World& world, const GPTConfig& c, const PlanLa
   rg::Tensor rate = rg::full({1}, -mfu::peak_flops(), {.dtype = rg::kFloat64});  // MFU's yardstick,
   comm.all_reduce(rate, par::Reduce::Max);                                       // the slowest rank's
   m.peak_flops = -rate.item();
-  {  // GEMMs: y = x·W, then dx = dy·Wᵀ and dW = xᵀ·dy
-    rg::Tensor x = rg::randn({rows, E}).to(dtype), w = rg::randn({E, hidden}).to(dtype);
-    rg::Tensor dy = rg::randn({rows, hidden}).to(dtype), wt = w.t().contiguous(), xt = x.t().contiguous(), out;
+  {  // GEMMs as nn::linear runs them, W (hidden, E): y = x·Wᵀ, then dx = dy·W and dW = dyᵀ·x
+    rg::Tensor x = rg::randn({rows, E}).to(dtype), w = rg::randn({hidden, E}).to(dtype);
+    rg::Tensor dy = rg::randn({rows, hidden}).to(dtype), out;
     const double flops = 3 * 2.0 * double(rows) * double(E) * double(hidden);
     m.flops = flops / slowest_best_seconds(comm, 5, [&] {
-      out = rg::matmul(x, w), out = rg::matmul(dy, wt), out = rg::matmul(xt, dy);
+      out = rg::matmul(x, w.t()), out = rg::matmul(dy, w), out = rg::matmul(dy.t(), x);
     });
   }
   {  // attention: (b, heads/tp, T, E/heads), causal; plan.h counts 3.5 · 2·b·T·T·E/tp for both passes
