@@ -1,7 +1,7 @@
 // comm_thread.cpp — the communication thread's loop, and waiting on its work.
 //
 // See comm_thread.h for the picture. Two details live here: how the thread
-// waits (asleep when idle; polling while sends/recvs are in flight, eagerly at
+// waits (asleep when idle; polling while operations are in flight, eagerly at
 // first, then in short naps), and the watchdog in MpiWork::wait(), which turns
 // "a peer died and we wait forever" into a prompt, explained abort of the job.
 // Trace events (core/trace.h) are recorded in start() and poll(), and by wait().
@@ -225,8 +225,9 @@ void CommThread::loop() {
 
 void CommThread::start(Op op) {
   try {
-    // A collective runs to completion inside run(): this slice is the whole
-    // all-reduce. A send/recv is only posted here; poll() records its interval.
+    // An operation that runs to completion inside run() (all_to_all, the shared-memory
+    // all-reduce) is this slice. One that is only posted here (the other collectives,
+    // send, recv) gets its interval, post to completion, from poll().
     // The slice ends before succeed(): a caller woken by it may stop tracing at once.
     MPI_Request request;
     {

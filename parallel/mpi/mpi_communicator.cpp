@@ -242,12 +242,17 @@ class MpiCommunicator : public Communicator {
     auto [buf, work] = in_place_buffer(t, "all_reduce");
     int n = static_cast<int>(t.numel()), size = size_;
     MPI_Comm comm = thread_state_->comm();
-    return enqueue(work, t.nbytes(), -1, [=] {
-      RG_MPI("all_reduce", MPI_Allreduce, MPI_IN_PLACE, buf.raw_data(), n, mpi_type(buf.dtype()),
-             mpi_op(op, buf.dtype()), comm);
-      if (op == Reduce::Avg) divide(buf, size);
-      return MPI_REQUEST_NULL;
-    });
+    return enqueue(
+        work, t.nbytes(), -1,
+        [=] {
+          MPI_Request request;
+          RG_MPI("all_reduce", MPI_Iallreduce, MPI_IN_PLACE, buf.raw_data(), n, mpi_type(buf.dtype()),
+                 mpi_op(op, buf.dtype()), comm, &request);
+          return request;
+        },
+        [=](const MPI_Status&) {
+          if (op == Reduce::Avg) divide(buf, size);
+        });
   }
 
   WorkHandle do_broadcast_async(Tensor& t, int root) override {
@@ -255,8 +260,9 @@ class MpiCommunicator : public Communicator {
     int n = static_cast<int>(t.numel());
     MPI_Comm comm = thread_state_->comm();
     return enqueue(work, t.nbytes(), -1, [=] {
-      RG_MPI("broadcast", MPI_Bcast, buf.raw_data(), n, mpi_type(buf.dtype()), root, comm);
-      return MPI_REQUEST_NULL;
+      MPI_Request request;
+      RG_MPI("broadcast", MPI_Ibcast, buf.raw_data(), n, mpi_type(buf.dtype()), root, comm, &request);
+      return request;
     });
   }
 
@@ -266,13 +272,18 @@ class MpiCommunicator : public Communicator {
     int n = static_cast<int>(t.numel()), size = size_;
     const bool is_root = rank_ == root;
     MPI_Comm comm = thread_state_->comm();
-    return enqueue(work, t.nbytes(), -1, [=] {
-      void* data = buf.raw_data();
-      RG_MPI("reduce", MPI_Reduce, is_root ? MPI_IN_PLACE : data, is_root ? data : nullptr, n,
-             mpi_type(buf.dtype()), mpi_op(op, buf.dtype()), root, comm);
-      if (is_root && op == Reduce::Avg) divide(buf, size);
-      return MPI_REQUEST_NULL;
-    });
+    return enqueue(
+        work, t.nbytes(), -1,
+        [=] {
+          void* data = buf.raw_data();
+          MPI_Request request;
+          RG_MPI("reduce", MPI_Ireduce, is_root ? MPI_IN_PLACE : data, is_root ? data : nullptr, n,
+                 mpi_type(buf.dtype()), mpi_op(op, buf.dtype()), root, comm, &request);
+          return request;
+        },
+        [=](const MPI_Status&) {
+          if (is_root && op == Reduce::Avg) divide(buf, size);
+        });
   }
 
   // Rank r's `in` becomes the r-th chunk of every rank's `out` (contiguous).
@@ -282,8 +293,9 @@ class MpiCommunicator : public Communicator {
     MPI_Comm comm = thread_state_->comm();
     return enqueue(new_work("all_gather"), out.nbytes(), -1, [=] {
       MPI_Datatype type = mpi_type(src.dtype());
-      RG_MPI("all_gather", MPI_Allgather, src.raw_data(), n, type, out.raw_data(), n, type, comm);
-      return MPI_REQUEST_NULL;
+      MPI_Request request;
+      RG_MPI("all_gather", MPI_Iallgather, src.raw_data(), n, type, out.raw_data(), n, type, comm, &request);
+      return request;
     });
   }
 
@@ -292,12 +304,17 @@ class MpiCommunicator : public Communicator {
     Tensor src = in.contiguous();
     int n = static_cast<int>(out.numel()), size = size_;
     MPI_Comm comm = thread_state_->comm();
-    return enqueue(new_work("reduce_scatter"), src.nbytes(), -1, [=] {
-      RG_MPI("reduce_scatter", MPI_Reduce_scatter_block, src.raw_data(), out.raw_data(), n,
-             mpi_type(src.dtype()), mpi_op(op, src.dtype()), comm);
-      if (op == Reduce::Avg) divide(out, size);
-      return MPI_REQUEST_NULL;
-    });
+    return enqueue(
+        new_work("reduce_scatter"), src.nbytes(), -1,
+        [=] {
+          MPI_Request request;
+          RG_MPI("reduce_scatter", MPI_Ireduce_scatter_block, src.raw_data(), out.raw_data(), n,
+                 mpi_type(src.dtype()), mpi_op(op, src.dtype()), comm, &request);
+          return request;
+        },
+        [=](const MPI_Status&) {
+          if (op == Reduce::Avg) divide(out, size);
+        });
   }
 
   // Chunk j of `in` to rank j; rank i's chunk into chunk i of `out` (contiguous).
