@@ -4,7 +4,7 @@
 //   caller thread(s)                       communication thread (one per communicator:
 //                                          the world's, and each group's)
 //   ----------------                       -----------------------------------
-//   all_reduce_async(g) --push Op-->  [ FIFO queue ] --pop--> MPI_Iallreduce(g) -> polled
+//   reduce_async(g)     --push Op-->  [ FIFO queue ] --pop--> MPI_Ireduce(g)    -> polled
 //   ...keeps computing...                                    MPI_Isend/Irecv   -> polled
 //   work->wait()  <-------------- promise/future -----------
 //
@@ -12,12 +12,14 @@
 //   issue order: if every rank issues the same collectives in the same order (DDP
 //   does), they match. A job with groups has several such threads calling MPI at
 //   once, which needs MPI_THREAD_MULTIPLE (split() checks that MPI offers it).
-// * Collectives are posted non-blocking (MPI_Iallreduce, MPI_Ibcast, MPI_Ireduce,
-//   MPI_Iallgather, MPI_Ireduce_scatter_block), in issue order, and completed by
-//   polling like sends: the thread polls eagerly for a moment, then in naps, where MPI's
+// * broadcast, reduce, all_gather and reduce_scatter are posted non-blocking (MPI_Ibcast,
+//   MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block), in issue order, and completed
+//   by polling like sends: the thread polls eagerly for a moment, then in naps, where MPI's
 //   blocking calls would busy-wait for a late peer on a core the computation needs (on a
-//   machine whose cores the ranks share, ZeRO-2's and FSDP's steps ran 1.15-1.3x
-//   longer so). all_to_all and the shared-memory all-reduce run to completion here.
+//   machine whose cores the ranks share, ZeRO-2's and FSDP's steps ran 1.1-1.3x longer
+//   so). all_reduce, all_to_all and the shared-memory all-reduce run to completion here:
+//   an all-reduce is most often on the caller's critical path, where MPI's blocking
+//   algorithm is faster than its non-blocking one advanced by polls.
 // * send/recv are posted as MPI_Isend/MPI_Irecv and completed later by polling
 //   (MPI_Test), so a rank can have a send and a receive in flight at once.
 //   Were they blocking, a ring exchange (every rank sends to r+1, then receives

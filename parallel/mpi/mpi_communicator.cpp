@@ -242,17 +242,15 @@ class MpiCommunicator : public Communicator {
     auto [buf, work] = in_place_buffer(t, "all_reduce");
     int n = static_cast<int>(t.numel()), size = size_;
     MPI_Comm comm = thread_state_->comm();
-    return enqueue(
-        work, t.nbytes(), -1,
-        [=] {
-          MPI_Request request;
-          RG_MPI("all_reduce", MPI_Iallreduce, MPI_IN_PLACE, buf.raw_data(), n, mpi_type(buf.dtype()),
-                 mpi_op(op, buf.dtype()), comm, &request);
-          return request;
-        },
-        [=](const MPI_Status&) {
-          if (op == Reduce::Avg) divide(buf, size);
-        });
+    // Blocking: an all-reduce is most often on the caller's critical path (tensor
+    // parallelism's, a loss's), and MPI's blocking algorithm finishes it sooner than its
+    // non-blocking one advanced by this thread's polls (tp 2: 1.4-1.7x the step).
+    return enqueue(work, t.nbytes(), -1, [=] {
+      RG_MPI("all_reduce", MPI_Allreduce, MPI_IN_PLACE, buf.raw_data(), n, mpi_type(buf.dtype()),
+             mpi_op(op, buf.dtype()), comm);
+      if (op == Reduce::Avg) divide(buf, size);
+      return MPI_REQUEST_NULL;
+    });
   }
 
   WorkHandle do_broadcast_async(Tensor& t, int root) override {
