@@ -145,6 +145,7 @@ using gpt::GPT;
 using gpt::GPTConfig;
 using gpt::print_budget;
 using gpt::print_plan;
+using gpt::print_plan_check;
 using gpt::Groups;
 using gpt::Stage;
 
@@ -770,24 +771,7 @@ int main(int argc, char** argv) {
     world.communicator().all_reduce(memory, par::Reduce::Max);
     const std::vector<double> mb = memory.tolist<double>();
     sent_by_kind = gpt::largest_over_ranks(world.communicator(), sent_by_kind);  // as the plan reports it
-    if (check_plan && world.is_main()) {  // the plan beside what the run held
-      const gpt::RankPlan p = gpt::plan(config, layout).largest;
-      std::printf("memory of the largest rank, planned / held: parameters %.3f / %.3f MB, gradients %.3f / %.3f "
-                  "MB, optimizer %.3f / %.3f MB, peak %.3f / %.3f MB; sent in step 2: %.3f / %.3f MB\n",
-                  p.params / 1e6, mb[0], p.grads / 1e6, mb[1], p.optim / 1e6, mb[2], p.peak / 1e6, mb[3],
-                  p.comm / 1e6, mb[4]);
-      const char* names[] = {"params", "grads", "optim", "peak", "comm"};
-      const double planned[] = {p.params, p.grads, p.optim, p.peak, p.comm};
-      for (int q = 0; q < 5; ++q)
-        std::printf("CHECK plan_%s_mb predicted=%.6f measured=%.6f\n", names[q], planned[q] / 1e6, mb[size_t(q)]);
-      for (size_t k = 0; k < par::kCollectives; ++k) {  // by kind: the bytes and the operations
-        const char* kind = par::collective_name(par::Collective(k));
-        if (p.sent.operations[k] == 0 && sent_by_kind.operations[k] == 0) continue;
-        std::printf("CHECK plan_sent_%s_mb predicted=%.6f measured=%.6f\nCHECK plan_%s_operations predicted=%.0f "
-                    "measured=%.0f\n", kind, p.sent.bytes[k] / 1e6, sent_by_kind.bytes[k] / 1e6, kind,
-                    p.sent.operations[k], sent_by_kind.operations[k]);
-      }
-    }
+    if (check_plan && world.is_main()) print_plan_check(config, layout, mb, sent_by_kind);  // CHECK lines
     const double val = validation_loss();
 
     // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy.

@@ -81,6 +81,29 @@ inline Traffic largest_over_ranks(par::Communicator& comm, const Traffic& mine) 
   return out;
 }
 
+// --check-plan: the plan's largest rank beside what the run's largest rank held and sent
+// (`held`: parameters, gradients, optimizer state, peak and bytes sent, in MB; `sent`: by kind),
+// one CHECK line each, and for each kind of collective its bytes and operations.
+inline void print_plan_check(const GPTConfig& config, const PlanLayout& layout, const std::vector<double>& held,
+                             const Traffic& sent) {
+  const RankPlan p = plan(config, layout).largest;
+  std::printf("memory of the largest rank, planned / held: parameters %.3f / %.3f MB, gradients %.3f / %.3f "
+              "MB, optimizer %.3f / %.3f MB, peak %.3f / %.3f MB; sent in step 2: %.3f / %.3f MB\n",
+              p.params / 1e6, held[0], p.grads / 1e6, held[1], p.optim / 1e6, held[2], p.peak / 1e6, held[3],
+              p.comm / 1e6, held[4]);
+  const char* names[] = {"params", "grads", "optim", "peak", "comm"};
+  const double planned[] = {p.params, p.grads, p.optim, p.peak, p.comm};
+  for (int q = 0; q < 5; ++q)
+    std::printf("CHECK plan_%s_mb predicted=%.6f measured=%.6f\n", names[q], planned[q] / 1e6, held[size_t(q)]);
+  for (size_t k = 0; k < par::kCollectives; ++k) {  // by kind: the bytes and the operations
+    const char* kind = par::collective_name(par::Collective(k));
+    if (p.sent.operations[k] == 0 && sent.operations[k] == 0) continue;
+    std::printf("CHECK plan_sent_%s_mb predicted=%.6f measured=%.6f\nCHECK plan_%s_operations predicted=%.0f "
+                "measured=%.0f\n", kind, p.sent.bytes[k] / 1e6, sent.bytes[k] / 1e6, kind, p.sent.operations[k],
+                sent.operations[k]);
+  }
+}
+
 // The plan, and with a machine (gpt/step_time.h) the step's time: what --plan prints.
 inline void print_plan(const GPTConfig& config, const PlanLayout& layout, const Machine* machine) {
   const Plan p = plan(config, layout);
