@@ -127,7 +127,7 @@
 #include "gpt/parallel.h"  // its tensor- and pipeline-parallel pieces: ParallelBlock, Stage
 #include "gpt/plan.h"      // --plan: what each rank will hold, before the run
 #include "gpt/report.h"    // --budget, --plan, --check-plan: the formulas beside the measurements
-#include "gpt/step_time.h" // --plan --machine: how long a step will take
+#include "gpt/plan_options.h" // --plan, --world, --machine, --check-plan
 #include "gpt_text.h"
 #include "metrics_log.h"
 #include "mfu.h"  // model FLOPs utilisation: the machine's yardstick
@@ -456,19 +456,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "model initialisation and data order");
   ckpt.add_options(app);
   app.add_option("--trace", trace_path, "write a Chrome trace of the third step to FILE.json");
-  bool plan_only = false;
-  int plan_world = 0;
-  app.add_flag("--plan", plan_only, "print what each rank will hold for the run the other flags describe "
-               "(gpt/plan.h), without training");
-  bool check_plan = false;
-  app.add_flag("--check-plan", check_plan, "train, then print the plan beside the memory held (CHECK lines)");
-  app.add_option("--world", plan_world, "with --plan: the world size to plan for (default: this one's)")
-      ->check(CLI::PositiveNumber);
-  std::string machine_name;
-  app.add_option("--machine", machine_name, "with --plan: predict the step's time on this machine (here: "
-                 "measured by a short probe on the ranks rgrun started) or on a GPU cluster (a100, h100, h200: "
-                 "published figures; gpt/step_time.h)")
-      ->check(CLI::IsMember({"here", "a100", "h100", "h200"}));
+  gpt::PlanOptions plan;  // --plan, --world, --machine, --check-plan (gpt/plan_options.h)
+  plan.add_options(app);
   bool budget = false;
   app.add_flag("--budget", budget, "print each rank's parameters and bytes sent per mesh axis in step 2, "
                "beside gpt/budget.h's formulas (--strategy ddp, --cp 1)");
@@ -479,9 +468,7 @@ int main(int argc, char** argv) {
   if (auto code = parse_on_every_rank(world, app, argc, argv)) return *code;  // all ranks agree
 
   return par::main_guard(world, [&] {
-    RG_CHECK(plan_world == 0 || plan_only, "gpt", "expected --world only with --plan (a run's world is "
-             "the number of processes rgrun starts), got --world ", plan_world);
-    const int world_size = plan_world > 0 ? plan_world : world.size();
+    const int world_size = plan.world_size(world);  // --world's with --plan, else rgrun's
     if (dp == 0) dp = world_size / (cp * tp * pp);
     RG_CHECK(dp * pp * cp * tp == world_size, "gpt", "expected --dp x --pp x --cp x --tp = the world size ",
              world_size, ", got ", dp, " x ", pp, " x ", cp, " x ", tp);
@@ -497,7 +484,7 @@ int main(int argc, char** argv) {
              2 * cp, " (the zigzag cut), got ", config.seq);
     RG_CHECK(config.ff == 0 || config.mlp == "swiglu", "gpt", "expected --ff only with --mlp swiglu (GELU's MLP "
              "is 4 x --d-model wide), got --ff ", config.ff);
-    RG_CHECK(config.vocab == 256 || plan_only, "gpt", "expected --vocab only with --plan (a run's tokens are "
+    RG_CHECK(config.vocab == 256 || plan.plan_only, "gpt", "expected --vocab only with --plan (a run's tokens are "
              "bytes: a vocabulary of 256), got --vocab ", config.vocab);
     RG_CHECK(config.kv_heads == 0 || config.heads % config.kv_heads == 0, "gpt",
              "expected --kv-heads dividing --heads ", config.heads, ", got ", config.kv_heads);
@@ -527,18 +514,8 @@ int main(int argc, char** argv) {
                                  .precision = precision.name,
                                  .merge_is_view = gpt::attention_merge_is_view(config),
                                  .gradient_bytes = comm_hook.name == "none" ? 4 : 2};
-    RG_CHECK(machine_name.empty() || plan_only, "gpt", "expected --machine only with --plan, got --machine ",
-             machine_name);
-    RG_CHECK(machine_name != "here" || world_size == world.size(), "gpt", "expected --machine here to run on the "
-             "ranks it plans for (it measures them): rgrun -n ", world_size, " gpt ... --plan --machine here, got a "
-             "world of ", world.size(), " planning for ", world_size);
-    if (plan_only) {  // the plan for this run: printed, nothing trained
-      std::optional<gpt::Machine> machine;
-      if (machine_name == "here")  // every rank probes at once, the run's shapes
-        machine = gpt::probe_machine(world, config, layout);
-      else if (!machine_name.empty())
-        machine = gpt::published_machine(machine_name, precision.name);
-      if (world.is_main()) print_plan(config, layout, machine ? &*machine : nullptr);
+    if (plan.plan_only) {  // the plan for this run (with --machine, its step's time): printed, nothing trained
+      plan.print(world, config, layout);
       return 0;
     }
     // The mesh, tp varying fastest (its ranks talk most: on a GPU host, the same node).
@@ -771,7 +748,7 @@ int main(int argc, char** argv) {
     world.communicator().all_reduce(memory, par::Reduce::Max);
     const std::vector<double> mb = memory.tolist<double>();
     sent_by_kind = gpt::largest_over_ranks(world.communicator(), sent_by_kind);  // as the plan reports it
-    if (check_plan && world.is_main()) print_plan_check(config, layout, mb, sent_by_kind);  // CHECK lines
+    if (plan.check_plan && world.is_main()) print_plan_check(config, layout, mb, sent_by_kind);  // CHECK lines
     const double val = validation_loss();
 
     // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy.

@@ -325,8 +325,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
   const bool sharded = l.strategy == "fsdp", zero = l.strategy == "zero1" || l.strategy == "zero2";
   const bool four_d = l.tp > 1 || l.pp > 1;  // gpt.cpp's stages (Stage, gpt/parallel.h)
   const bool ddp_buckets = (l.strategy == "ddp" || l.strategy == "zero1") && !four_d && n > 1;
-  double whole = 0;  // the whole model's numbers
-  for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1)) whole += double(p.numel);
+  const double whole = double(parameter_count(c));  // the whole model's numbers
   const double m = double(l.pp > 1 ? l.micro_batches : 1);
   const double b = double(l.batch) / m;  // rows per forward (per micro-batch)
   const double V = double(c.vocab), T = double(c.seq / l.cp), E = double(c.d_model);
