@@ -63,7 +63,10 @@ const char* collective_name(Collective kind) {
 }
 
 void Communicator::count_wire_bytes(Collective kind, double fraction, const Tensor& t) {
-  const auto bytes = static_cast<int64_t>(fraction * double(t.nbytes()));
+  count_wire_bytes(kind, static_cast<int64_t>(fraction * double(t.nbytes())));
+}
+
+void Communicator::count_wire_bytes(Collective kind, int64_t bytes) {
   wire_bytes_ += bytes;
   by_kind_[size_t(kind)].bytes += bytes;
   if (size() > 1) ++by_kind_[size_t(kind)].operations;  // a world of one sends nothing
@@ -138,7 +141,47 @@ WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in) {
            "expected in and out of one size, divisible into ", size(),
            " chunks (one per rank), got ", in.describe(), " and ", out.describe());
   count_wire_bytes(Collective::AllToAll, double(size() - 1) / size(), in);
-  return do_all_to_all_async(out, in);
+  std::vector<int64_t> counts(static_cast<size_t>(size()), in.numel() / size());
+  return do_all_to_all_async(out, in, counts, counts);
+}
+
+WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in,
+                                          const std::vector<int64_t>& send_rows,
+                                          const std::vector<int64_t>& recv_rows) {
+  const char* op = "all_to_all";
+  check(in, op);
+  check(out, op);
+  RG_CHECK(in.dtype() == out.dtype() && in.device() == out.device(), op,
+           "expected both tensors of one dtype on one device, got ", in.describe(), " and ",
+           out.describe());
+  RG_CHECK(out.is_contiguous(), op, "expected a contiguous output buffer, got ", out.describe());
+  RG_CHECK(in.dim() >= 1 && out.dim() >= 1 &&
+               Shape(in.shape().begin() + 1, in.shape().end()) ==
+                   Shape(out.shape().begin() + 1, out.shape().end()),
+           op, "expected in and out of one shape after dim 0 (rows), got ", in.describe(),
+           " and ", out.describe());
+  const auto n = static_cast<size_t>(size());
+  RG_CHECK(send_rows.size() == n && recv_rows.size() == n, op, "expected ", n,
+           " send and receive counts (one per rank), got ", send_rows.size(), " and ",
+           recv_rows.size());
+  int64_t sent = 0, received = 0;
+  for (size_t r = 0; r < n; ++r) {
+    RG_CHECK(send_rows[r] >= 0 && recv_rows[r] >= 0, op, "expected counts >= 0, got ",
+             send_rows[r], " rows to and ", recv_rows[r], " rows from rank ", r);
+    sent += send_rows[r];
+    received += recv_rows[r];
+  }
+  RG_CHECK(sent == in.size(0) && received == out.size(0), op, "expected the counts to add up to ",
+           "in's and out's rows, got ", sent, " of ", in.size(0), " to send and ", received, " of ",
+           out.size(0), " to receive");
+  int64_t row = 1;  // elements per row
+  for (int64_t d = 1; d < in.dim(); ++d) row *= in.size(d);
+  std::vector<int64_t> send(n), recv(n);
+  for (size_t r = 0; r < n; ++r) send[r] = send_rows[r] * row, recv[r] = recv_rows[r] * row;
+  // What leaves this rank: every row but those it keeps.
+  count_wire_bytes(Collective::AllToAll, (sent - send_rows[size_t(rank())]) * row *
+                                            int64_t(element_size(in.dtype())));
+  return do_all_to_all_async(out, in.contiguous(), send, recv);
 }
 
 Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
@@ -240,7 +283,8 @@ class SingleCommunicator : public Communicator {
     out.copy_(in.reshape(out.shape()));
     return completed();
   }
-  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in) override {
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const std::vector<int64_t>&,
+                                 const std::vector<int64_t>&) override {
     out.copy_(in.reshape(out.shape()));
     return completed();
   }

@@ -88,6 +88,13 @@ class Communicator {
   // shards into head shards with it.
   WorkHandle all_to_all_async(Tensor& out, const Tensor& in);
   void all_to_all(Tensor& out, const Tensor& in) { all_to_all_async(out, in)->wait(); }
+  // The same with rows of different counts (MPI_Alltoallv; torch's all_to_all_single with
+  // split sizes): rank j gets send_rows[j] rows of `in` (dim 0, in rank order), and rank i's
+  // rows land in order in `out`, recv_rows[i] of them. in and out share dtype, device and
+  // the shape after dim 0; out is contiguous. Rank i's send_rows[j] must equal rank j's
+  // recv_rows[i] — an expert layer sends its counts first, by the all_to_all above.
+  WorkHandle all_to_all_async(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                              const std::vector<int64_t>& recv_rows);
   // Point to point (contiguous tensors; shapes and dtypes must match on both sides).
   WorkHandle send_async(const Tensor& t, int dst, int tag = 0);
   WorkHandle recv_async(Tensor& t, int src, int tag = 0);
@@ -98,7 +105,7 @@ class Communicator {
   // Bytes this rank has put on the wire through this communicator, counted as ring
   // algorithms send them: all_reduce 2(N−1)/N of the tensor, all_gather (N−1) × its
   // input, reduce_scatter, all_to_all, broadcast and reduce (N−1)/N of theirs, send all
-  // of it. A model of the traffic (MPI and NCCL may choose other algorithms), the same
+  // of it; all_to_all with counts the rows it sends to other ranks. A model of the traffic (MPI and NCCL may choose other algorithms), the same
   // on every backend: what benchmarks compare between methods.
   int64_t wire_bytes() const { return wire_bytes_.load(); }
   // The same by kind of operation, and how many operations of that kind went on the wire
@@ -159,7 +166,11 @@ class Communicator {
   virtual WorkHandle do_reduce_async(Tensor& t, int root, Reduce op) = 0;
   virtual WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) = 0;
   virtual WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) = 0;
-  virtual WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in) = 0;
+  // send[j] elements of `in` (contiguous) to rank j, recv[i] from rank i into `out`, both
+  // in rank order (the equal-chunk form passes equal counts).
+  virtual WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in,
+                                         const std::vector<int64_t>& send,
+                                         const std::vector<int64_t>& recv) = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
   virtual WorkHandle do_send_async(const Tensor& t, int dst, int tag) = 0;
   virtual WorkHandle do_recv_async(Tensor& t, int src, int tag) = 0;
@@ -173,6 +184,7 @@ class Communicator {
                     const char* op) const;
   // wire_bytes (in all, and of `kind`) += fraction · t's bytes; one more operation of `kind`.
   void count_wire_bytes(Collective kind, double fraction, const Tensor& t);
+  void count_wire_bytes(Collective kind, int64_t bytes);
   struct Counted {
     std::atomic<int64_t> bytes{0}, operations{0};
   };

@@ -195,6 +195,9 @@ TEST_CASE("nccl: a world of one on one GPU runs every operation") {
   rg::Tensor exchanged = rg::empty({3}, {.device = gpu});  // Ulysses' collective
   comm->all_to_all(exchanged, a);
   test::check_close(exchanged, {1, -2, 3});
+  rg::Tensor rows = rg::empty({1, 3}, {.device = gpu});  // expert parallelism's, by counts
+  comm->all_to_all_async(rows, a.reshape({1, 3}), {1}, {1})->wait();
+  test::check_close(rows, {1, -2, 3});
 
   rg::Tensor gathered = comm->all_gather(a);
   CHECK(gathered.shape() == rg::Shape{1, 3});

@@ -316,13 +316,26 @@ class MpiCommunicator : public Communicator {
   }
 
   // Chunk j of `in` to rank j; rank i's chunk into chunk i of `out` (contiguous).
-  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in) override {
+  // Counts and offsets fit an int: check_tensor refused tensors of more elements.
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const std::vector<int64_t>& send,
+                                 const std::vector<int64_t>& recv) override {
     Tensor src = in.contiguous();
-    int n = static_cast<int>(src.numel() / size_);
+    const auto n = static_cast<size_t>(size_);
+    std::vector<int> send_counts(n), send_at(n), recv_counts(n), recv_at(n);
+    int64_t send_offset = 0, recv_offset = 0;
+    for (size_t r = 0; r < n; ++r) {
+      send_counts[r] = static_cast<int>(send[r]);
+      recv_counts[r] = static_cast<int>(recv[r]);
+      send_at[r] = static_cast<int>(send_offset);
+      recv_at[r] = static_cast<int>(recv_offset);
+      send_offset += send[r];
+      recv_offset += recv[r];
+    }
     MPI_Comm comm = thread_state_->comm();
     return enqueue(new_work("all_to_all"), src.nbytes(), -1, [=] {
       MPI_Datatype type = mpi_type(src.dtype());
-      RG_MPI("all_to_all", MPI_Alltoall, src.raw_data(), n, type, out.raw_data(), n, type, comm);
+      RG_MPI("all_to_all", MPI_Alltoallv, src.raw_data(), send_counts.data(), send_at.data(), type,
+             out.raw_data(), recv_counts.data(), recv_at.data(), type, comm);
       return MPI_REQUEST_NULL;
     });
   }

@@ -683,24 +683,31 @@ class NcclCommunicator : public Communicator {
     });
   }
 
-  // Chunk j of `in` to rank j, rank i's chunk into chunk i of `out`: one grouped
-  // send and receive per peer (NCCL has no all-to-all call of its own).
-  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in) override {
+  // send[j] elements of `in` to rank j, recv[i] from rank i into `out`, in rank order: one
+  // grouped send and receive per peer (NCCL has no all-to-all call of its own).
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const std::vector<int64_t>& send,
+                                 const std::vector<int64_t>& recv) override {
     Tensor src = in.contiguous();
     return launch("all_to_all", {src, out}, [&](ncclComm_t comm, cudaStream_t stream) {
-      const size_t chunk = static_cast<size_t>(src.numel() / size());
-      const size_t bytes = chunk * element_size(src.dtype());
+      const size_t element = element_size(src.dtype());
       const ncclDataType_t type = nccl_type(src.dtype());
       nccl_detail::in_group(  // ended even when a call in it fails (group.h)
           ncclSuccess, &ncclGroupStart, &ncclGroupEnd,
           [&](auto note) {
+            size_t send_at = 0, recv_at = 0;
             for (int peer = 0; peer < size(); ++peer) {
-              note(ncclSend(static_cast<const char*>(src.raw_data()) + peer * bytes, chunk, type,
-                            peer, comm, stream),
-                   "ncclSend");
-              note(ncclRecv(static_cast<char*>(out.raw_data()) + peer * bytes, chunk, type, peer,
-                            comm, stream),
-                   "ncclRecv");
+              const auto to = static_cast<size_t>(send[size_t(peer)]);
+              const auto from = static_cast<size_t>(recv[size_t(peer)]);
+              if (to > 0)
+                note(ncclSend(static_cast<const char*>(src.raw_data()) + send_at * element, to,
+                              type, peer, comm, stream),
+                     "ncclSend");
+              if (from > 0)
+                note(ncclRecv(static_cast<char*>(out.raw_data()) + recv_at * element, from, type,
+                              peer, comm, stream),
+                     "ncclRecv");
+              send_at += to;
+              recv_at += from;
             }
           },
           [](ncclResult_t code, const char* call) {
