@@ -26,6 +26,7 @@
 #include "ringgrad/nn/init.h"
 #include "ringgrad/nn/layers.h"
 #include "ringgrad/nn/module.h"
+#include "ringgrad/nn/moe.h"
 #include "ringgrad/nn/transformer.h"
 #include "ringgrad/optim/checkpoint.h"
 #include "ringgrad/optim/grad_scaler.h"
