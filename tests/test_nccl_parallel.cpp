@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ringgrad/parallel/context_parallel.h"
+#include "ringgrad/parallel/expert_parallel.h"
 #include "ringgrad/parallel/nccl/nccl_communicator.h"
 #include "ringgrad/parallel/tensor_parallel.h"
 #include "ringgrad/parallel/zero.h"
@@ -129,6 +130,42 @@ TEST_CASE("nccl: a tensor-parallel MLP on one device equals the plain layers") {
                  y.pow(2).sum().backward();
                  return on_cpu({y, col.weight.grad(), col.bias.grad(), row.weight.grad(),
                                 row.bias.grad()});
+               },
+               1e-6, 1e-5);
+}
+
+TEST_CASE("nccl: an expert-parallel MoE on one device equals the plain layer") {
+  // The counts' all-to-all, dispatch and combine (the all-to-all with counts) in forward
+  // and backward; the output, the input's and every parameter's gradient.
+  auto layer = [](rg::Device device) {
+    rg::manual_seed(9);
+    auto m = std::make_shared<rg::nn::MoE>(6, rg::nn::MoEOptions{.num_experts = 4, .top_k = 2,
+                                                                  .hidden = 8, .shared_experts = 1,
+                                                                  .capacity_factor = 1.0});
+    m->to(device);
+    return m;
+  };
+  auto grad_or_zeros = [](const rg::Tensor& w) {  // (an expert no token chose has none)
+    return w.grad().defined() ? w.grad().to(rg::kCPU) : rg::zeros(w.shape());
+  };
+  rg::Generator data(4);
+  const rg::Tensor x = rg::randn({10, 6}, {}, &data);
+  auto plain = layer(rg::kCPU);
+  rg::Tensor xp = x.clone().requires_grad_();
+  rg::nn::MoEOutput p = plain->forward_moe(xp);
+  (p.output.pow(2).sum() + p.aux_loss).backward();
+  Results want = on_cpu({p.output, xp.grad()});
+  for (const rg::Tensor& w : plain->parameters()) want.push_back(grad_or_zeros(w));
+  cpu_then_gpu("expert-parallel MoE", want,
+               [&](rg::Device device, par::Communicator& ep) {
+                 auto whole = layer(device);
+                 par::ExpertParallelMoE moe(*whole, ep);
+                 rg::Tensor xd = x.to(device).requires_grad_();
+                 rg::nn::MoEOutput o = moe.forward_moe(xd);
+                 (o.output.pow(2).sum() + o.aux_loss).backward();
+                 Results got = on_cpu({o.output, xd.grad()});
+                 for (const rg::Tensor& w : moe.parameters()) got.push_back(grad_or_zeros(w));
+                 return got;
                },
                1e-6, 1e-5);
 }

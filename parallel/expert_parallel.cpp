@@ -1,0 +1,138 @@
+// expert_parallel.cpp — experts split over an ep group (expert_parallel.h).
+#include "ringgrad/parallel/expert_parallel.h"
+
+#include <numeric>
+
+#include "ringgrad/autograd/function.h"
+#include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/core/error.h"
+#include "ringgrad/core/factory.h"
+
+namespace ringgrad::parallel {
+
+Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
+                       const std::vector<int64_t>& recv_rows, Communicator& comm) {
+  RG_CHECK(x.dim() >= 1, "all_to_all_rows", "expected rows (a tensor of dim >= 1), got ",
+           x.describe());
+  Shape shape = x.shape();
+  shape[0] = std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t{0});
+  Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
+  comm.all_to_all_async(out, x.contiguous(), send_rows, recv_rows)->wait();
+  autograd::record("all_to_all_rows", out, {&x}, [&comm, send_rows, recv_rows](const Tensor& g) {
+    return autograd::Grads{all_to_all_rows(g, recv_rows, send_rows, comm)};
+  });
+  return out;
+}
+
+namespace {
+
+// Which experts rank r of an ep group of `ranks` holds, checked once for the constructor.
+int64_t experts_per_rank(const nn::MoE& whole, const Communicator& ep) {
+  const int64_t experts = whole.options().num_experts;
+  RG_CHECK(experts % ep.size() == 0, "ExpertParallelMoE", "expected num_experts (", experts,
+           ") divisible by the ep group's size ", ep.size(), " (each rank holds as many experts)");
+  return experts / ep.size();
+}
+
+}  // namespace
+
+ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& whole, Communicator& ep)
+    : ExpertParallelMoE(whole, ep, {default_generator().seed(), default_generator().offset()}) {}
+
+ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& whole, Communicator& ep, GeneratorState before)
+    : nn::MoE(whole.dim(), whole.options(), ep.rank() * experts_per_rank(whole, ep),
+              experts_per_rank(whole, ep)),
+      ep_(ep),
+      local_(experts_per_rank(whole, ep)) {
+  // The parameters made above drew random numbers that the copy below replaces: put the
+  // generator back where `whole` left it, so that every rank's next draw is the same.
+  default_generator().manual_seed(before.seed);
+  default_generator().advance(before.offset);
+  const Tensor& like = whole.router.weight;
+  to(like.dtype());
+  to(like.device());
+  NamedTensors mine;
+  const NamedTensors all = whole.state_dict();
+  const NamedTensors own = state_dict();
+  for (const auto& [name, value] : all)
+    for (const auto& [own_name, unused] : own)
+      if (own_name == name) mine.emplace_back(name, value);
+  load_state_dict(mine);
+}
+
+std::vector<Tensor> ExpertParallelMoE::expert_parameters() const { return experts.parameters(); }
+
+std::vector<Tensor> ExpertParallelMoE::dense_parameters() const {
+  std::vector<Tensor> dense = router.parameters();
+  if (shared)
+    for (const Tensor& p : shared->parameters()) dense.push_back(p);
+  return dense;
+}
+
+Tensor ExpertParallelMoE::run_experts(const Tensor& rows,
+                                      const std::vector<int64_t>& rows_per_expert) {
+  const int64_t P = ep_.size(), L = local_, E = P * L;
+  // 1. How many rows each rank gets from this one, expert by expert: E counts, chunk j
+  //    being rank j's experts'. What comes back: chunk i, rank i's rows for this rank's.
+  Tensor counts = from_vector<int64_t>(rows_per_expert, {E});
+  Tensor incoming = empty({E}, {.dtype = kInt64});
+  ep_.all_to_all(incoming, counts);
+  const std::vector<int64_t> in = incoming.tolist<int64_t>();
+  std::vector<int64_t> send_rows(size_t(P), 0), recv_rows(size_t(P), 0);
+  for (int64_t j = 0; j < P; ++j)
+    for (int64_t l = 0; l < L; ++l) {
+      send_rows[size_t(j)] += rows_per_expert[size_t(j * L + l)];
+      recv_rows[size_t(j)] += in[size_t(j * L + l)];
+    }
+
+  // 2. Dispatch: the rows travel to their experts' ranks, and arrive by source rank.
+  const Tensor arrived = all_to_all_rows(rows, send_rows, recv_rows, ep_);
+
+  // 3. Regroup by expert (source rank within), compute, and put back in arrival order.
+  std::vector<int64_t> start(size_t(P * L));  // where block (source i, expert l) begins
+  for (int64_t b = 0, at = 0; b < P * L; ++b) start[size_t(b)] = at, at += in[size_t(b)];
+  std::vector<int64_t> by_expert, per_expert(size_t(E), 0);
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t i = 0; i < P; ++i) {
+      const int64_t n = in[size_t(i * L + l)];
+      for (int64_t q = 0; q < n; ++q) by_expert.push_back(start[size_t(i * L + l)] + q);
+      per_expert[size_t(first_expert() + l)] += n;
+    }
+  rows_computed_ = int64_t(by_expert.size());
+  std::vector<int64_t> back(by_expert.size());  // the inverse permutation
+  for (size_t p = 0; p < by_expert.size(); ++p) back[size_t(by_expert[p])] = int64_t(p);
+  const auto index = [&](const std::vector<int64_t>& v) {
+    return from_vector<int64_t>(v, {int64_t(v.size())}).to(rows.device());
+  };
+  const Tensor grouped = index_select(arrived, 0, index(by_expert));
+  const Tensor computed = nn::MoE::run_experts(grouped, per_expert);
+  const Tensor answered = index_select(computed, 0, index(back));
+
+  // 4. Combine: the outputs go back to the tokens' ranks, in the order they were sent.
+  return all_to_all_rows(answered, recv_rows, send_rows, ep_);
+}
+
+void reduce_expert_grads(const std::vector<Tensor>& expert_params, Communicator* expert_dp,
+                         int dp_size) {
+  RG_CHECK(dp_size >= 1, "reduce_expert_grads", "expected dp_size >= 1, got ", dp_size);
+  const bool replicas = expert_dp && expert_dp->size() > 1;
+  NoGradGuard no_grad;
+  // Which experts' parameters got a gradient on any replica: an expert no token chose here
+  // may have been chosen there (this rank then joins the sum with zeros); one no replica's
+  // tokens chose keeps no gradient, as in one process.
+  std::vector<int64_t> used_here;
+  for (const Tensor& p : expert_params) used_here.push_back(p.grad().defined() ? 1 : 0);
+  Tensor used = from_vector<int64_t>(used_here, {int64_t(used_here.size())});
+  if (replicas && used.numel() > 0) expert_dp->all_reduce(used, Reduce::Max);
+  const std::vector<int64_t> used_anywhere = used.tolist<int64_t>();
+  for (size_t i = 0; i < expert_params.size(); ++i) {
+    if (!used_anywhere[i]) continue;
+    Tensor p = expert_params[i];
+    if (!p.grad().defined()) p.set_grad(zeros_like(p));
+    Tensor g = p.grad();
+    if (replicas) expert_dp->all_reduce(g, Reduce::Sum);
+    g.mul_(1.0 / dp_size);
+  }
+}
+
+}  // namespace ringgrad::parallel

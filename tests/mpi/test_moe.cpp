@@ -1,0 +1,187 @@
+// test_moe.cpp — expert parallelism under mpirun with N = 1, 2, 3, 4 ranks.
+//
+//   scripts/rgrun -n 4 build/bin/test_moe
+//
+// The all-to-all with per-rank counts (rows tagged by source and destination), its errors,
+// and the contract of parallel/expert_parallel.h: for every layout (edp, ep) of the N ranks
+// as data parallelism, with capacity dropping off and on, an ExpertParallelMoE on each rank's
+// tokens gives the outputs, the input gradients, the router's, shared experts' and experts'
+// gradients, and three AdamW steps of one process running the whole MoE on the whole batch
+// (routing groups = N), in float64 within 1e-12; the same tokens are dropped.
+// Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
+#include <ringgrad/parallel/device_mesh.h>
+#include <ringgrad/parallel/expert_parallel.h>
+#include <ringgrad/parallel/world.h>
+#include <ringgrad/ringgrad.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "checks.h"
+
+namespace rg = ringgrad;
+namespace nn = ringgrad::nn;
+namespace par = rg::parallel;
+
+namespace {
+
+int rank = 0, N = 1;
+void check(bool ok, const std::string& what) { mpi_test::check(ok, what, rank); }
+
+double max_diff(const rg::Tensor& a, const rg::Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined() ? 0.0 : 1e300;
+  if (a.shape() != b.shape()) return 1e300;
+  if (a.numel() == 0) return 0.0;
+  return rg::amax(rg::abs(a.to(rg::kFloat64) - b.to(rg::kFloat64))).item();
+}
+
+// Rank r sends r + j + 1 rows to rank j; row q of them holds (r, j, q) in its three columns.
+void check_rows(par::Communicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  std::vector<int64_t> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
+  std::vector<double> values;
+  for (int j = 0; j < n; ++j) {
+    send[size_t(j)] = r + j + 1;
+    recv[size_t(j)] = j + r + 1;
+    for (int q = 0; q < r + j + 1; ++q)
+      values.insert(values.end(), {double(r), double(j), double(q)});
+  }
+  rg::Tensor in = rg::from_vector<double>(values, {int64_t(values.size() / 3), 3});
+  rg::Tensor x = in.clone().requires_grad_();
+  rg::Tensor out = par::all_to_all_rows(x, send, recv, comm);
+  std::vector<double> got = out.tolist<double>();
+  bool ok = true;
+  size_t at = 0;
+  for (int i = 0; i < n; ++i)
+    for (int q = 0; q < i + r + 1; ++q, at += 3)
+      ok = ok && got[at] == i && got[at + 1] == r && got[at + 2] == q;
+  check(ok && at == got.size(), "all_to_all with counts: every row from its source, in order");
+  // Backward sends each row's gradient home: d(sum(out · out))/dx = 2x.
+  (out * out).sum().backward();
+  check(max_diff(x.grad(), in * 2.0) == 0, "all_to_all_rows backward: the reverse exchange");
+  const int64_t row_bytes = 3 * 8, kept = send[size_t(r)] * row_bytes;
+  comm.reset_wire_bytes();
+  par::all_to_all_rows(in, send, recv, comm);
+  check(comm.wire_bytes(par::Collective::AllToAll) == in.nbytes() - (n > 1 ? kept : in.nbytes()),
+        "all_to_all with counts: wire bytes are the rows sent to other ranks");
+  mpi_test::check_error(
+      [&] {
+        rg::Tensor o = rg::empty({in.size(0) + 1, 3}, {.dtype = rg::kFloat64});
+        comm.all_to_all_async(o, in, send, recv);
+      },
+      "expected the counts to add up to in's and out's rows", "counts that do not add up", rank);
+  mpi_test::check_error(
+      [&] {
+        rg::Tensor o = rg::empty({in.size(0), 3}, {.dtype = rg::kFloat64});
+        comm.all_to_all_async(o, in, std::vector<int64_t>(size_t(n) + 1, 0), recv);
+      },
+      "send and receive counts (one per rank)", "a count per rank", rank);
+}
+
+struct Layout {
+  int ep;
+  double capacity;
+};
+
+nn::MoEOptions options(double capacity) {
+  return {.num_experts = 12,
+          .top_k = 2,
+          .hidden = 5,
+          .shared_experts = 1,
+          .capacity_factor = capacity,
+          .aux_loss_coef = 0.1,
+          .z_loss_coef = 0.01};
+}
+
+// One process: the whole MoE on the whole batch, each rank's tokens one routing group.
+// Rank-r's EP module: its tokens only. Compared after forward, backward and 3 AdamW steps.
+void run(par::Communicator& world, Layout lay) {
+  const int ep = lay.ep, edp = N / ep;
+  const std::string tag = "edp " + std::to_string(edp) + " × ep " + std::to_string(ep) +
+                          (lay.capacity > 0 ? ", capacity factor 1" : ", dropless");
+  par::DeviceMesh mesh(world, {{"edp", edp}, {"ep", ep}});
+  constexpr int64_t dim = 4, tokens = 8;  // tokens per rank
+  rg::manual_seed(7);
+  nn::MoE reference(dim, options(lay.capacity));
+  reference.to(rg::kFloat64);
+  rg::manual_seed(7);
+  nn::MoE whole(dim, options(lay.capacity));
+  whole.to(rg::kFloat64);
+  par::ExpertParallelMoE moe(whole, mesh.group("ep"));
+  check(moe.local_experts() == 12 / ep, tag + ": experts per rank");
+  rg::Tensor x = rg::randn({N * tokens, dim}, {.dtype = rg::kFloat64});
+  rg::Tensor target = rg::randn({N * tokens, dim}, {.dtype = rg::kFloat64});
+  const int64_t first = rank * tokens;
+
+  rg::optim::AdamW ref_opt(reference.parameters(), {.lr = 0.01});
+  rg::optim::AdamW opt(moe.parameters(), {.lr = 0.01});
+  for (int step = 0; step < 3; ++step) {
+    const std::string at = tag + ", step " + std::to_string(step);
+    ref_opt.zero_grad();
+    opt.zero_grad();
+    rg::Tensor xa = x.clone().requires_grad_();
+    nn::MoEOutput all = reference.forward_moe(xa, N);
+    rg::Tensor ref_loss = rg::nn::mse_loss(all.output, target) + all.aux_loss;
+    ref_loss.backward();
+    const int64_t ref_dropped = reference.stats().dropped;
+
+    rg::Tensor xr = x.narrow(0, first, tokens).clone().requires_grad_();
+    nn::MoEOutput mine = moe.forward_moe(xr);
+    rg::Tensor loss =
+        rg::nn::mse_loss(mine.output, target.narrow(0, first, tokens)) + mine.aux_loss;
+    loss.backward();
+    rg::Tensor dropped = rg::from_vector<int64_t>({moe.stats().dropped}, {1});
+    world.all_reduce(dropped);
+    check(dropped.item() == double(ref_dropped),
+          at + ": the same tokens dropped (" + std::to_string(ref_dropped) + ")");
+    if (lay.capacity > 0 && step == 0) check(ref_dropped > 0, at + ": the case drops tokens");
+    // Data parallelism's average over all N ranks: dense by all-reduce, experts by theirs.
+    par::all_reduce_grads(moe.dense_parameters(), world, par::Reduce::Avg);
+    par::reduce_expert_grads(moe.expert_parameters(), edp > 1 ? &mesh.group("edp") : nullptr, N);
+
+    double out = max_diff(mine.output, all.output.narrow(0, first, tokens));
+    double dx = max_diff(xr.grad() * (1.0 / N), xa.grad().narrow(0, first, tokens));
+    double grads = 0;
+    const rg::NamedTensors ref_params = reference.named_parameters();
+    for (const auto& [name, p] : moe.named_parameters())
+      for (const auto& [ref_name, q] : ref_params)
+        if (name == ref_name) grads = std::max(grads, max_diff(p.grad(), q.grad()));
+    check(out <= 1e-12, at + ": outputs = one process's (" + std::to_string(out) + ")");
+    check(dx <= 1e-12, at + ": input gradients = one process's (" + std::to_string(dx) + ")");
+    check(grads <= 1e-12,
+          at + ": parameter gradients = one process's (" + std::to_string(grads) + ")");
+    ref_opt.step();
+    opt.step();
+  }
+  double params = 0;
+  const rg::NamedTensors ref_params = reference.named_parameters();
+  for (const auto& [name, p] : moe.named_parameters())
+    for (const auto& [ref_name, q] : ref_params)
+      if (name == ref_name) params = std::max(params, max_diff(p, q));
+  check(params <= 1e-12,
+        tag + ": parameters after 3 AdamW steps = one process's (" + std::to_string(params) + ")");
+  if (rank == 0) std::printf("N=%d %-28s max |ep - one process| = %.3g\n", N, tag.c_str(), params);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  par::World world(argc, argv);
+  rank = world.rank();
+  N = world.size();
+  return par::main_guard(world, [&] {
+    check_rows(world.communicator());
+    for (int ep = 1; ep <= N; ++ep) {
+      if (N % ep) continue;
+      for (double capacity : {0.0, 1.0}) run(world.communicator(), {ep, capacity});
+    }
+    if (5 % N != 0)
+      mpi_test::check_error(
+          [&] { par::ExpertParallelMoE(nn::MoE(4, {.num_experts = 5}), world.communicator()); },
+          "expected num_experts (5) divisible by the ep group's size", "experts that do not divide",
+          rank);
+    return mpi_test::report(rank, N);
+  });
+}
