@@ -1,0 +1,240 @@
+// gpt/trainer.h — the GPT under one data-parallel strategy (ddp, zero1, zero2, fsdp) or
+// the 4D layout (--tp/--pp): the forward to call, the backward of a step (gradient
+// accumulation, autocast, GradScaler), clipping, the optimizer's step, and the whole state
+// to save and load — the only places the strategies differ. Used by examples/gpt.cpp.
+#pragma once
+
+#include <ringgrad/parallel/ddp.h>
+#include <ringgrad/parallel/fsdp.h>
+#include <ringgrad/parallel/grad_scaler_sync.h>
+#include <ringgrad/parallel/pipeline.h>
+#include <ringgrad/parallel/tensor_parallel.h>
+#include <ringgrad/parallel/zero.h>
+#include <ringgrad/ringgrad.h>
+
+#include <array>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../precision.h"
+#include "model.h"
+#include "parallel.h"
+
+namespace gpt {
+
+// The model under one strategy: the forward to call, the optimizer to step, and
+// how to clip, save and load — the only places the four differ.
+struct Trainer {
+  std::string strategy;
+  GPT& model;
+  par::Communicator& comm;  // every rank: the gradient is averaged over dp and cp
+  std::unique_ptr<par::DistributedDataParallel> ddp;
+  std::unique_ptr<par::ZeroRedundancyOptimizer> zero;
+  std::unique_ptr<par::FullyShardedDataParallel> fsdp;
+  std::unique_ptr<rg::optim::Optimizer> adamw;  // ddp, fsdp, 4D (ZeRO has its own)
+  // 4D (--tp or --pp above 1): this rank's stage, its pipeline, and per parameter whether
+  // this rank counts it in the gradient norm (once per whole model).
+  std::unique_ptr<Stage> stage;
+  std::unique_ptr<par::Pipeline> pipeline;
+  std::vector<std::pair<rg::Tensor, bool>> counted;
+  const Groups* groups = nullptr;
+  // --precision: the autocast region of forward and loss; fp16's GradScaler (disabled
+  // otherwise). Where each rank unscales only its own gradients (zero1, zero2, fsdp) the
+  // ranks agree on skipping a step: an all-reduce of the inf/NaN flag.
+  Precision precision;
+  rg::optim::GradScaler scaler;
+  std::unique_ptr<ZeroStep> zero_step;  // fp16 under ZeRO: its step, as an Optimizer
+  // --grad-accum: a step's rows on this rank are taken in this many micro-batches.
+  int64_t accumulation = 1;
+
+  Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr, const Groups& g,
+          int64_t micro_batches, const Precision& p, par::DDPCommHook comm_hook, int64_t accum)
+      : strategy(s), model(m), comm(c), precision(p),
+        scaler(rg::optim::GradScalerOptions{
+            .enabled = p.scaled(),
+            .agree = s == "ddp" ? rg::optim::GradScalerOptions::Agree{} : par::found_inf_all_reduce(c)}),
+        accumulation(accum) {
+    auto make = [lr](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
+      return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
+    };
+    if (g.tp.size() > 1 || g.pp_size > 1) {
+      RG_CHECK(s == "ddp", "gpt", "expected --strategy ddp with --tp or --pp above 1 (the gradient "
+               "is averaged over the (dp, cp) group after each pipeline step), got ", s);
+      groups = &g;
+      stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp);
+      pipeline = std::make_unique<par::Pipeline>(*stage, g.pp, par::PipelineOptions{.micro_batches = micro_batches});
+      adamw = make(stage->parameters());
+      // Counted once: a slice of a split parameter on every tp rank; a parameter every tp
+      // rank holds whole on tp rank 0; the tied embedding on the first stage only.
+      std::map<std::string, int64_t> whole;
+      for (auto& [name, p] : m.named_parameters()) whole[name] = p.numel();
+      for (auto& [name, p] : stage->named_parameters()) {
+        const bool split = p.numel() != whole.at(name);
+        const bool tied_copy = name == "wte.weight" && !stage->first();
+        counted.emplace_back(p, !tied_copy && (split || g.tp_rank == 0));
+      }
+      return;
+    }
+    if (s == "ddp" || s == "zero1")
+      ddp = std::make_unique<par::DistributedDataParallel>(m, c, par::DDPOptions{.comm_hook = comm_hook});
+    if (s == "ddp") adamw = make(m.parameters());
+    if (s == "zero1" || s == "zero2")
+      zero = std::make_unique<par::ZeroRedundancyOptimizer>(m.parameters(), c, make,
+                                                            par::ZeroOptions{.stage = s == "zero1" ? 1 : 2});
+    if (zero && p.scaled()) zero_step = std::make_unique<ZeroStep>(*zero);
+    if (s == "fsdp") {
+      fsdp = std::make_unique<par::FullyShardedDataParallel>(
+          m, c, par::FSDPOptions{.auto_wrap_policy = par::wrap_modules_of_type<Block>()});
+      adamw = make(fsdp->parameters());
+    }
+  }
+
+  rg::optim::Optimizer& optimizer() { return zero ? zero->local_optimizer() : *adamw; }
+  // The parameters this rank holds between steps: FSDP's shards, a stage's slices, or all.
+  std::vector<rg::Tensor> held_parameters() {
+    return fsdp ? fsdp->parameters() : pipeline ? stage->parameters() : model.parameters();
+  }
+  // Bytes this rank holds of parameters, of gradients (after backward), of optimizer state.
+  std::array<int64_t, 3> held_bytes() {
+    std::array<int64_t, 3> bytes{};
+    for (const rg::Tensor& p : held_parameters()) {
+      bytes[0] += int64_t(p.nbytes());
+      if (p.grad().defined()) bytes[1] += int64_t(p.grad().nbytes());
+    }
+    std::map<std::string, std::string> meta;
+    for (const auto& [name, t] : optimizer().state_dict(&meta)) bytes[2] += int64_t(t.nbytes());
+    return bytes;
+  }
+  rg::Tensor forward(const rg::Tensor& tokens) {
+    return fsdp ? (*fsdp)(tokens) : ddp ? (*ddp)(tokens) : model(tokens);
+  }
+  rg::Tensor loss_of(const rg::Tensor& tokens, const rg::Tensor& targets) {
+    rg::Tensor logits = forward(tokens);
+    return rg::nn::cross_entropy(logits.reshape({-1, model.wte.num_embeddings}), targets.reshape({-1}));
+  }
+  par::Pipeline::LossFn vocab_parallel_loss() {
+    return [this](const rg::Tensor& logits, const rg::Tensor& targets) {
+      return par::vocab_parallel_cross_entropy(logits, targets, groups->tp);
+    };
+  }
+  // Micro-batch k of the `accumulation` this rank's rows are cut into.
+  rg::Tensor micro(const rg::Tensor& rows, int64_t k) const {
+    const int64_t n = rows.size(0) / accumulation;
+    return rows.narrow(0, k * n, n);
+  }
+  // Forward and backward of this rank's part of a batch; its mean loss. Under
+  // --grad-accum N, N micro-batches, each loss divided by N so that the gradients add up
+  // to the whole batch's; only the last backward communicates (the strategy's no_sync()).
+  double train_step(const rg::Tensor& tokens, const rg::Tensor& targets) {
+    double sum = 0;
+    const double share = 1.0 / double(accumulation);
+    for (int64_t k = 0; k < accumulation; ++k) {
+      const bool quiet = k + 1 < accumulation;
+      if (pipeline) {  // gradients accumulate in the stage; the all-reduces come after the last
+        sum += pipeline->forward_backward(micro(tokens, k), micro(targets, k),
+                                          [this, share](const rg::Tensor& logits, const rg::Tensor& t) {
+                                            return vocab_parallel_loss()(logits, t) * share;
+                                          });
+        continue;
+      }
+      std::optional<par::DistributedDataParallel::NoSync> ddp_quiet;
+      std::optional<par::ZeroRedundancyOptimizer::NoSync> zero_quiet;
+      std::optional<par::FullyShardedDataParallel::NoSync> fsdp_quiet;
+      if (quiet && ddp) ddp_quiet.emplace(*ddp);
+      if (quiet && zero && !ddp) zero_quiet.emplace(*zero);  // zero2 (zero1 is DDP's)
+      if (quiet && fsdp) fsdp_quiet.emplace(*fsdp);
+      rg::Tensor loss;
+      {
+        rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());  // off for fp32
+        loss = loss_of(micro(tokens, k), micro(targets, k));
+      }
+      scaler.scale(loss * share).backward();  // fp32/bf16: (loss / N).backward()
+      sum += loss.item() * share;
+    }
+    if (!pipeline) return sum;
+    // The tied embedding's two copies (first and last stage): their gradients summed.
+    if (groups->pp_size > 1) {
+      rg::Tensor g = stage->wte ? stage->wte->weight.grad()
+                                : rg::Tensor();
+      rg::Tensor total = g.defined() ? g : rg::zeros({model.wte.num_embeddings / groups->tp.size(), model.wte.embedding_dim});
+      if (stage->wte && !g.defined()) stage->wte->weight.set_grad(total);
+      groups->pp.all_reduce(total, par::Reduce::Sum);
+    }
+    par::all_reduce_grads(stage->parameters(), comm, par::Reduce::Avg);  // the mean over every token
+    return sum;
+  }
+  // The mean loss over this rank's rows, in the training step's micro-batches.
+  double eval_step(const rg::Tensor& tokens, const rg::Tensor& targets) {
+    double sum = 0;
+    for (int64_t k = 0; k < accumulation; ++k) {
+      if (pipeline) {
+        sum += pipeline->evaluate(micro(tokens, k), micro(targets, k), vocab_parallel_loss());
+        continue;
+      }
+      rg::NoGradGuard no_grad;
+      rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());
+      sum += loss_of(micro(tokens, k), micro(targets, k)).item();
+    }
+    return sum / double(accumulation);
+  }
+  double clip(double max_norm) {
+    if (pipeline) {  // Σ g² over one whole model: each parameter counted once, then summed
+      rg::NoGradGuard no_grad;
+      std::vector<rg::Tensor> mine;
+      for (auto& [p, count] : counted)
+        if (count) mine.push_back(p);
+      rg::Tensor total = rg::full({1}, rg::optim::grad_norm_squared(mine), {.dtype = rg::kFloat64});
+      groups->pp_tp.all_reduce(total, par::Reduce::Sum);
+      const double norm = std::sqrt(total.item());
+      rg::optim::scale_grads_to_norm(stage->parameters(), norm, max_norm);
+      return norm;
+    }
+    scaler.unscale_(zero_step ? *zero_step : zero ? zero->local_optimizer() : *adamw);  // fp16 only
+    if (fsdp) return fsdp->clip_grad_norm_(max_norm);
+    if (zero) return zero->clip_grad_norm_(max_norm);
+    return rg::optim::clip_grad_norm(model.parameters(), max_norm);
+  }
+  // fp32/bf16 (scaler disabled): zero->step() or adamw->step(); fp16: skipped on inf/NaN.
+  void step() {
+    if (zero_step) scaler.step(*zero_step);
+    else if (zero) zero->step();
+    else scaler.step(*adamw);
+    scaler.update();
+  }
+  void zero_grad() { zero ? zero->zero_grad() : adamw->zero_grad(); }
+
+  // The whole model and optimizer state, on rank 0, in the form an unsharded model
+  // and a plain AdamW over model.parameters() write (collectives: every rank calls).
+  rg::NamedTensors model_state() {
+    RG_CHECK(!pipeline, "gpt", "expected --save without --tp/--pp (not yet: each stage holds part of the model)");
+    if (fsdp) return fsdp->full_state_dict(0);
+    return comm.rank() == 0 ? model.state_dict() : rg::NamedTensors{};
+  }
+  rg::NamedTensors optimizer_state(std::map<std::string, std::string>* meta) {
+    if (zero) return zero->consolidate_state_dict(meta, 0);
+    if (fsdp) return fsdp->full_optim_state_dict(*adamw, meta, 0);
+    return comm.rank() == 0 ? adamw->state_dict(meta) : rg::NamedTensors{};
+  }
+  // Every rank passes the whole states it read from the files.
+  void load(const rg::NamedTensors& model_state, const rg::NamedTensors& optim_state,
+            const std::map<std::string, std::string>& meta) {
+    RG_CHECK(!pipeline, "gpt", "expected --resume without --tp/--pp (not yet)");
+    if (fsdp) {
+      fsdp->load_full_state_dict(model_state);
+      fsdp->load_full_optim_state_dict(*adamw, optim_state, meta);
+      return;
+    }
+    model.load_state_dict(model_state);
+    if (zero)
+      zero->load_consolidated_state_dict(optim_state, meta);
+    else
+      adamw->load_state_dict(optim_state, meta);
+  }
+};
+
+}  // namespace gpt
