@@ -193,8 +193,15 @@ struct DistributedDataParallel::State {
 namespace {
 
 // 1. Every replica starts from rank 0's values (parameters and buffers).
-void broadcast_from_rank0(nn::Module& module, Communicator& comm) {
-  const NamedTensors named = module.state_dict();
+bool ignored(const std::string& name, const DDPOptions& options) {
+  const auto& names = options.ignored_parameters;
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+void broadcast_from_rank0(nn::Module& module, Communicator& comm, const DDPOptions& options) {
+  NamedTensors named;
+  for (auto& [name, t] : module.state_dict())
+    if (!ignored(name, options)) named.emplace_back(name, t);
   check_same_layout_across_ranks(comm, named, "the model (DistributedDataParallel's replicas)");
   std::vector<Tensor> state;
   for (auto& [name, t] : named) state.push_back(t);
@@ -214,7 +221,7 @@ DType wire_dtype(DType dtype, DDPCommHook hook) {
 void build_buckets(DistributedDataParallel::State& s, nn::Module& module, Communicator& comm,
                    const DDPOptions& options) {
   for (auto& [name, p] : module.named_parameters())
-    if (p.requires_grad()) s.names.push_back(name), s.params.push_back(p);
+    if (p.requires_grad() && !ignored(name, options)) s.names.push_back(name), s.params.push_back(p);
   s.bucket_of.resize(s.params.size());
   s.slot_of.resize(s.params.size());
   s.ready.assign(s.params.size(), false);
@@ -298,7 +305,13 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
   s.single = comm.size() == 1;
   s.sync = &sync_;
 
-  broadcast_from_rank0(module, comm);       // 1.
+  for (const std::string& name : options.ignored_parameters) {
+    bool found = false;
+    for (const auto& [own, p] : module.named_parameters()) found = found || own == name;
+    RG_CHECK(found, "DistributedDataParallel", "expected ignored_parameters to name parameters of ",
+             "the module, got '", name, "'");
+  }
+  broadcast_from_rank0(module, comm, options);  // 1.
   build_buckets(s, module, comm, options);  // 2.
   register_hooks(state_);                   // 3. (4. runs at the end of each backward)
 }

@@ -76,6 +76,12 @@ struct DDPOptions {
   // NCCL's once per step of their reduction (communicator.h), plus the rounding of
   // each rank's gradient/N to 16 bits before it is sent.
   DDPCommHook comm_hook = DDPCommHook::None;
+  // Parameters (by their names in module.state_dict()) DDP leaves alone: not broadcast
+  // from rank 0, not compared across ranks, not averaged — the caller synchronises them
+  // (expert parallelism's experts, which differ from rank to rank and are averaged over
+  // their own replicas: parallel/expert_parallel.h). torch's
+  // DistributedDataParallel._set_params_and_buffers_to_ignore_for_model.
+  std::vector<std::string> ignored_parameters;
 };
 
 class DistributedDataParallel {

@@ -6,7 +6,8 @@
 // After several Adam steps the DDP copy must equal the reference to 1e-5, on
 // every rank. Also checked: gradient accumulation under no_sync(), the error
 // for a parameter without a gradient, find_unused_parameters, and replicas of different
-// models refused with an error naming the tensor and both shapes. And 16-bit
+// models refused with an error naming the tensor and both shapes, ignored_parameters left
+// to each rank. And 16-bit
 // communication: a bfloat16 model's bfloat16 buckets against one bfloat16 process, the
 // bf16/fp16 compression hooks against float32 DDP, each within a bound derived below,
 // with half the bytes on the wire; a model mixing dtypes gets buckets per dtype.
@@ -204,6 +205,36 @@ int main(int argc, char** argv) {
     check(
         model2.spare.weight.grad().defined() && model2.spare.weight.grad().abs().sum().item() == 0,
         "find_unused_parameters gives zero gradients", rank);
+  }
+
+  {  // --- ignored_parameters: fc2 stays each rank's own (not broadcast, not averaged)
+    rg::manual_seed(300 + rank);
+    Net model;
+    model.use_spare = true;
+    const rg::Tensor own_fc2 = model.fc2.weight.clone();
+    rg::parallel::DistributedDataParallel ddp(
+        model, world.communicator(), {.ignored_parameters = {"fc2.weight", "fc2.bias"}});
+    check(rg::amax(rg::abs(model.fc2.weight - own_fc2)).item() == 0,
+          "ignored_parameters: not broadcast from rank 0", rank);
+    rg::Tensor x = X[0].narrow(0, rank * B, B), y = Y[0].narrow(0, rank * B, B);
+    rg::nn::cross_entropy(ddp(x), y).backward();
+    // The same backward without DDP: the ignored gradient is this rank's own, unaveraged.
+    Net alone;
+    alone.use_spare = true;
+    alone.load_state_dict(model.state_dict());
+    rg::nn::cross_entropy(alone(x), y).backward();
+    check(rg::amax(rg::abs(model.fc2.weight.grad() - alone.fc2.weight.grad())).item() == 0,
+          "ignored_parameters: the local gradient, not averaged", rank);
+    std::string msg;
+    try {
+      rg::parallel::DistributedDataParallel bad(model, world.communicator(),
+                                                {.ignored_parameters = {"fc9.weight"}});
+    } catch (const rg::Error& e) {
+      msg = e.what();
+    }
+    check(msg.find("expected ignored_parameters to name parameters of the module, got 'fc9.weight'") !=
+              std::string::npos,
+          "ignored_parameters: an unknown name is an error: '" + msg + "'", rank);
   }
 
   rg::parallel::Communicator& comm = world.communicator();
