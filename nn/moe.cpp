@@ -166,11 +166,18 @@ Expert& MoE::expert(int64_t e) {
 }
 
 Tensor MoE::run_experts(const Tensor& rows, const std::vector<int64_t>& rows_per_expert) {
+  // Every expert held here runs, on no rows if none came: its parameters then get a zero
+  // gradient rather than none, so that every rank's backward produces the same gradients
+  // (what DDP, ZeRO-2 and FSDP reduce as backward makes them).
   std::vector<Tensor> outs;
   int64_t at = 0;
+  const int64_t held = int64_t(local_.size());
   for (int64_t e = 0; e < int64_t(rows_per_expert.size()); ++e) {
     const int64_t n = rows_per_expert[size_t(e)];
-    if (n > 0) outs.push_back(expert(e)(rows.narrow(0, at, n)));
+    if (e >= first_expert_ && e < first_expert_ + held)
+      outs.push_back(expert(e)(rows.narrow(0, at, n)));
+    else
+      RG_CHECK(n == 0, "MoE", "expected no rows for expert ", e, ", which is not held here; got ", n);
     at += n;
   }
   if (outs.empty()) return zeros({0, dim_}, {.dtype = rows.dtype(), .device = rows.device()});

@@ -18,6 +18,8 @@
 //              carries the token). c = 0: dropless, every assignment kept.
 //   experts    tokens sorted by expert, one GEMM pair per expert over all its rows (not a
 //              loop over tokens); outputs weighted by their gates and added back per token.
+//              An expert no token chose runs on no rows: its gradient is zero, not absent,
+//              so every replica's backward makes the same gradients.
 //   shared     optional experts every token passes through, unweighted (DeepSeek's);
 //              S of them are one MLP of S·hidden units.
 //   losses     load balance, Switch's E·Σ_e f_e·P_e: f_e the fraction of the group's k·n

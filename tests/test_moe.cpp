@@ -181,6 +181,18 @@ TEST_CASE("moe: finite-difference gradients of the output and the losses (float6
   }
 }
 
+TEST_CASE("moe: an expert no token chose gets a zero gradient, not none") {
+  nn::MoE moe = small({.num_experts = 4, .top_k = 1, .hidden = 3}, 3);
+  moe.forward_moe(rg::randn({1, 3})).output.sum().backward();  // one token: one expert busy
+  int idle = 0;
+  for (size_t e = 0; e < 4; ++e) {
+    rg::Tensor g = dynamic_cast<nn::Expert&>(moe.experts[e]).fc->weight.grad();
+    REQUIRE(g.defined());
+    if (rg::amax(rg::abs(g)).item() == 0) ++idle;
+  }
+  CHECK(idle == 3);
+}
+
 TEST_CASE("moe: groups route as separate calls would") {
   nn::MoE moe = small(
       {.num_experts = 4, .top_k = 2, .hidden = 4, .capacity_factor = 0.75, .z_loss_coef = 0.1}, 3);
