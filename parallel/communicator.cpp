@@ -129,14 +129,19 @@ WorkHandle Communicator::all_gather_async(Tensor& out, const Tensor& in) {
   return do_all_gather_async(out, in);
 }
 
-WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in) {
-  check(in, "all_to_all");
-  check(out, "all_to_all");
-  RG_CHECK(in.dtype() == out.dtype() && in.device() == out.device(), "all_to_all",
+// An all-to-all's buffers, either form: defined, one dtype on one device, out contiguous.
+void Communicator::check_exchange(const Tensor& in, const Tensor& out) const {
+  const char* op = "all_to_all";
+  check(in, op);
+  check(out, op);
+  RG_CHECK(in.dtype() == out.dtype() && in.device() == out.device(), op,
            "expected both tensors of one dtype on one device, got ", in.describe(), " and ",
            out.describe());
-  RG_CHECK(out.is_contiguous(), "all_to_all", "expected a contiguous output buffer, got ",
-           out.describe());
+  RG_CHECK(out.is_contiguous(), op, "expected a contiguous output buffer, got ", out.describe());
+}
+
+WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in) {
+  check_exchange(in, out);
   RG_CHECK(in.numel() == out.numel() && in.numel() % size() == 0, "all_to_all",
            "expected in and out of one size, divisible into ", size(),
            " chunks (one per rank), got ", in.describe(), " and ", out.describe());
@@ -149,12 +154,7 @@ WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in,
                                           const std::vector<int64_t>& send_rows,
                                           const std::vector<int64_t>& recv_rows) {
   const char* op = "all_to_all";
-  check(in, op);
-  check(out, op);
-  RG_CHECK(in.dtype() == out.dtype() && in.device() == out.device(), op,
-           "expected both tensors of one dtype on one device, got ", in.describe(), " and ",
-           out.describe());
-  RG_CHECK(out.is_contiguous(), op, "expected a contiguous output buffer, got ", out.describe());
+  check_exchange(in, out);
   RG_CHECK(in.dim() >= 1 && out.dim() >= 1 &&
                Shape(in.shape().begin() + 1, in.shape().end()) ==
                    Shape(out.shape().begin() + 1, out.shape().end()),

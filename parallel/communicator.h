@@ -182,6 +182,7 @@ class Communicator {
   void check_rank(int r, const char* op, const char* what) const;
   void check_chunks(const Tensor& whole, const Tensor& part, const Tensor& out,
                     const char* op) const;
+  void check_exchange(const Tensor& in, const Tensor& out) const;
   // wire_bytes (in all, and of `kind`) += fraction · t's bytes; one more operation of `kind`.
   void count_wire_bytes(Collective kind, double fraction, const Tensor& t);
   void count_wire_bytes(Collective kind, int64_t bytes);

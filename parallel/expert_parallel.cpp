@@ -7,19 +7,21 @@
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/factory.h"
+#include "ringgrad/core/trace.h"
 
 namespace ringgrad::parallel {
 
 Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
-                       const std::vector<int64_t>& recv_rows, Communicator& comm) {
+                       const std::vector<int64_t>& recv_rows, Communicator& comm, const char* name) {
+  trace::Span span(name, "moe");
   RG_CHECK(x.dim() >= 1, "all_to_all_rows", "expected rows (a tensor of dim >= 1), got ",
            x.describe());
   Shape shape = x.shape();
   shape[0] = std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t{0});
   Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
   comm.all_to_all_async(out, x.contiguous(), send_rows, recv_rows)->wait();
-  autograd::record("all_to_all_rows", out, {&x}, [&comm, send_rows, recv_rows](const Tensor& g) {
-    return autograd::Grads{all_to_all_rows(g, recv_rows, send_rows, comm)};
+  autograd::record(name, out, {&x}, [&comm, send_rows, recv_rows, name](const Tensor& g) {
+    return autograd::Grads{all_to_all_rows(g, recv_rows, send_rows, comm, name)};
   });
   return out;
 }
@@ -60,6 +62,27 @@ ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& whole, Communicator& ep, Gen
   load_state_dict(mine);
 }
 
+NamedTensors ExpertParallelMoE::full_state_dict() {
+  NamedTensors own = state_dict(), whole;
+  for (const auto& [name, t] : own)
+    if (name.rfind("router.", 0) == 0) whole.emplace_back(name, t);
+  // Every expert has the same tensors: this rank's first expert names them.
+  const NamedTensors shapes = expert(first_expert()).state_dict();
+  const int64_t experts_total = local_ * ep_.size();
+  for (int64_t e = 0; e < experts_total; ++e) {
+    const int owner = int(e / local_);
+    const NamedTensors held = owner == ep_.rank() ? expert(e).state_dict() : NamedTensors{};
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor t = held.empty() ? empty_like(shapes[i].second) : held[i].second.clone();
+      ep_.broadcast(t, owner);
+      whole.emplace_back("experts." + std::to_string(e) + "." + shapes[i].first, t);
+    }
+  }
+  for (const auto& [name, t] : own)
+    if (name.rfind("shared.", 0) == 0) whole.emplace_back(name, t);
+  return whole;
+}
+
 std::vector<Tensor> ExpertParallelMoE::expert_parameters() const { return experts.parameters(); }
 
 std::vector<Tensor> ExpertParallelMoE::dense_parameters() const {
@@ -86,7 +109,7 @@ Tensor ExpertParallelMoE::run_experts(const Tensor& rows,
     }
 
   // 2. Dispatch: the rows travel to their experts' ranks, and arrive by source rank.
-  const Tensor arrived = all_to_all_rows(rows, send_rows, recv_rows, ep_);
+  const Tensor arrived = all_to_all_rows(rows, send_rows, recv_rows, ep_, "moe dispatch");
 
   // 3. Regroup by expert (source rank within), compute, and put back in arrival order.
   std::vector<int64_t> start(size_t(P * L));  // where block (source i, expert l) begins
@@ -105,11 +128,15 @@ Tensor ExpertParallelMoE::run_experts(const Tensor& rows,
     return from_vector<int64_t>(v, {int64_t(v.size())}).to(rows.device());
   };
   const Tensor grouped = index_select(arrived, 0, index(by_expert));
-  const Tensor computed = nn::MoE::run_experts(grouped, per_expert);
+  Tensor computed;
+  {
+    trace::Span span("moe experts", "moe");
+    computed = nn::MoE::run_experts(grouped, per_expert);
+  }
   const Tensor answered = index_select(computed, 0, index(back));
 
   // 4. Combine: the outputs go back to the tokens' ranks, in the order they were sent.
-  return all_to_all_rows(answered, recv_rows, send_rows, ep_);
+  return all_to_all_rows(answered, recv_rows, send_rows, ep_, "moe combine");
 }
 
 void reduce_expert_grads(const std::vector<Tensor>& expert_params, Communicator* expert_dp,

@@ -39,9 +39,11 @@ namespace ringgrad::parallel {
 
 // Rows of x to the ranks of `comm` (send_rows[j] rows to rank j, in rank order) and rows from
 // them (recv_rows[i] from rank i, in rank order): an autograd function whose backward is the
-// same exchange with the counts swapped.
+// same exchange with the counts swapped. `name` labels it in traces (a static string:
+// "moe dispatch", "moe combine").
 Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
-                       const std::vector<int64_t>& recv_rows, Communicator& comm);
+                       const std::vector<int64_t>& recv_rows, Communicator& comm,
+                       const char* name = "all_to_all_rows");
 
 class ExpertParallelMoE : public nn::MoE {
  public:
@@ -50,6 +52,10 @@ class ExpertParallelMoE : public nn::MoE {
   // left as `whole` left it, the same on every rank.
   ExpertParallelMoE(const nn::MoE& whole, Communicator& ep);
 
+  // The whole layer's state (nn::MoE's names and order: router, experts 0..E−1, shared),
+  // every expert fetched from the rank that holds it: a collective over ep, the result
+  // the same on every ep rank.
+  NamedTensors full_state_dict();
   std::vector<Tensor> expert_parameters() const;  // this rank's experts'
   std::vector<Tensor> dense_parameters() const;   // the router's and shared experts'
   int64_t local_experts() const { return local_; }

@@ -7,7 +7,8 @@
 // as data parallelism, with capacity dropping off and on, an ExpertParallelMoE on each rank's
 // tokens gives the outputs, the input gradients, the router's, shared experts' and experts'
 // gradients, and three AdamW steps of one process running the whole MoE on the whole batch
-// (routing groups = N), in float64 within 1e-12; the same tokens are dropped.
+// (routing groups = N), in float64 within 1e-12; the same tokens are dropped. And the
+// whole layer's state gathered back from the ep ranks (full_state_dict).
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
 #include <ringgrad/parallel/device_mesh.h>
 #include <ringgrad/parallel/expert_parallel.h>
@@ -111,6 +112,13 @@ void run(par::Communicator& world, Layout lay) {
   whole.to(rg::kFloat64);
   par::ExpertParallelMoE moe(whole, mesh.group("ep"));
   check(moe.local_experts() == 12 / ep, tag + ": experts per rank");
+  {  // the whole layer's state, gathered from the ep ranks: the whole's, name by name
+    const rg::NamedTensors full = moe.full_state_dict(), want = whole.state_dict();
+    bool same = full.size() == want.size();
+    for (size_t i = 0; same && i < full.size(); ++i)
+      same = full[i].first == want[i].first && max_diff(full[i].second, want[i].second) == 0;
+    check(same, tag + ": full_state_dict = the whole layer's state_dict");
+  }
   rg::Tensor x = rg::randn({N * tokens, dim}, {.dtype = rg::kFloat64});
   rg::Tensor target = rg::randn({N * tokens, dim}, {.dtype = rg::kFloat64});
   const int64_t first = rank * tokens;
