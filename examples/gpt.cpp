@@ -226,6 +226,22 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "selective", "full"}));
   app.add_option("--kv-heads", config.kv_heads, "grouped-query attention: K/V heads, dividing --heads (0: --heads)")
       ->check(CLI::NonNegativeNumber);
+  int ep = 1;
+  app.add_option("--experts", config.experts, "Mixture of Experts: experts per MoE block (0: dense MLPs)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--experts-per-token", config.experts_per_token, "with --experts: experts each token goes to (k)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--shared-experts", config.shared_experts, "with --experts: experts every token goes through")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--capacity-factor", config.capacity_factor,
+                 "with --experts: places per expert = factor x tokens x k / experts (0: dropless)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--aux-loss-coef", config.aux_loss_coef, "with --experts: the load-balance loss's weight")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--moe-every", config.moe_every, "with --experts: every Nth block is MoE (2: every other)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ep", ep, "with --experts: ranks the experts are split over (expert parallelism, inside dp)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "optimizer steps (in all, counting a resumed run's)")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", batch, "sequences per forward on each data-parallel replica")
       ->check(CLI::PositiveNumber);
@@ -299,6 +315,25 @@ int main(int argc, char** argv) {
              " --cp ", cp, " --grad-accum ", grad_accum, " --steps ", steps);
     RG_CHECK((tp == 1 && pp == 1) || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
              "expected no --save or --resume with --tp or --pp above 1 (not yet)");
+    if (config.experts > 0) {
+      RG_CHECK(config.experts_per_token <= config.experts, "gpt", "expected --experts-per-token at most --experts ",
+               config.experts, ", got ", config.experts_per_token);
+      RG_CHECK(tp == 1 && pp == 1 && cp == 1, "gpt", "expected --experts without --tp, --pp or --cp above 1 (not "
+               "yet: each sequence is one routing group on one rank), got --tp ", tp, " --pp ", pp, " --cp ", cp);
+      RG_CHECK(config.recompute == "none", "gpt", "expected --recompute none with --experts (not yet: the "
+               "load-balance loss is taken in the forward a checkpoint discards), got ", config.recompute);
+      RG_CHECK(!plan.plan_only && !budget, "gpt", "expected no --plan or --budget with --experts (the "
+               "formulas do not count experts yet)");
+    }
+    RG_CHECK(ep == 1 || config.experts > 0, "gpt", "expected --ep only with --experts, got --ep ", ep);
+    if (ep > 1) {
+      RG_CHECK(strategy == "ddp", "gpt", "expected --strategy ddp with --ep above 1 (DDP leaves the experts to "
+               "expert parallelism), got ", strategy);
+      RG_CHECK(dp % ep == 0 && config.experts % ep == 0, "gpt", "expected --ep to divide --dp ", dp,
+               " and --experts ", config.experts, ", got ", ep);
+      RG_CHECK(ckpt.save_path.empty() && ckpt.resume_path.empty(), "gpt",
+               "expected no --save or --resume with --ep above 1 (not yet: each rank's optimizer holds its own experts)");
+    }
     const gpt::PlanLayout layout{.dp = dp, .pp = pp, .cp = cp, .tp = tp, .strategy = strategy, .batch = batch,
                                  .grad_accum = grad_accum, .micro_batches = pp > 1 ? micro_batches : 1,
                                  .precision = precision.name,
@@ -312,8 +347,14 @@ int main(int argc, char** argv) {
     par::DeviceMesh mesh(world.communicator(), {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
     par::Communicator& everyone = mesh.group({"dp", "cp"});  // the gradient's average
     const int replica = mesh.rank("dp");
+    // --ep: the data-parallel ranks as (edp, ep), ep fastest; each ep group splits the experts.
+    std::unique_ptr<par::DeviceMesh> experts_mesh;
+    if (ep > 1) experts_mesh = std::make_unique<par::DeviceMesh>(world.communicator(),
+                                                                 std::vector<std::pair<std::string, int>>{{"edp", dp / ep}, {"ep", ep}});
     const Groups groups{everyone, mesh.group("pp"), mesh.group("tp"), mesh.group({"pp", "tp"}),
-                        mesh.rank("pp"), mesh.rank("tp"), pp};
+                        mesh.rank("pp"), mesh.rank("tp"), pp,
+                        ep > 1 ? &experts_mesh->group("ep") : nullptr,
+                        ep > 1 && dp / ep > 1 ? &experts_mesh->group("edp") : nullptr};
 
     const Text text = load_text(data, config.seq);
     // Every rank reads the text itself: the same sizes, or the ranks would train on different data.
@@ -323,7 +364,7 @@ int main(int argc, char** argv) {
                                  "the data (" + (data.empty() ? std::string("the fortunes files") : data) + ")");
     const double unigram = unigram_loss(text.val);
     rg::manual_seed(seed);  // the same initial model on every rank
-    GPT model(config);
+    GPT model(config, groups.ep);
     Trainer trainer(strategy, model, everyone, lr, groups, pp > 1 ? micro_batches : 1, precision,
                     comm_hook.hook(), grad_accum);
     const int64_t per_replica = batch * grad_accum;  // sequences per step on each replica
@@ -338,6 +379,14 @@ int main(int argc, char** argv) {
         {"lr", std::to_string(lr)},                {"seed", std::to_string(seed)},
         {"data", data}};
     if (precision.mixed()) run["precision"] = precision.name;  // fp32 checkpoints stay as they were
+    if (config.experts > 0) {  // a Mixture of Experts (dense runs' checkpoints stay as they were)
+      run["experts"] = std::to_string(config.experts);
+      run["experts_per_token"] = std::to_string(config.experts_per_token);
+      run["shared_experts"] = std::to_string(config.shared_experts);
+      run["moe_every"] = std::to_string(config.moe_every);
+      run["capacity_factor"] = std::to_string(config.capacity_factor);
+      run["aux_loss_coef"] = std::to_string(config.aux_loss_coef);
+    }
     if (!config.gpt2()) {  // the architecture (only when not GPT-2's: older checkpoints still match)
       run["norm"] = config.norm, run["pos"] = config.pos, run["mlp"] = config.mlp;
       run["kv_heads"] = std::to_string(config.kv_heads == 0 ? config.heads : config.kv_heads);
@@ -383,7 +432,7 @@ int main(int argc, char** argv) {
           "gpt: %lld parameters (%lld layers, d_model %lld, %lld heads, context %lld); world %d = "
           "dp %d x pp %d x cp %d x tp %d, strategy %s, %lld sequences per step (%lld per replica)\n"
           "data: %zu train / %zu validation bytes, unigram loss %.4f nats/char%s\n",
-          static_cast<long long>(model.num_parameters()), static_cast<long long>(config.layers),
+          static_cast<long long>(model.all_parameters()), static_cast<long long>(config.layers),
           static_cast<long long>(config.d_model), static_cast<long long>(config.heads),
           static_cast<long long>(config.seq), world.size(), dp, pp, cp, tp, strategy.c_str(),
           static_cast<long long>(per_replica * dp), static_cast<long long>(per_replica), text.train.size(),
@@ -393,6 +442,17 @@ int main(int argc, char** argv) {
       std::printf("memory: %lld micro-batch%s of %lld sequences per step (--grad-accum), --recompute %s\n",
                   static_cast<long long>(grad_accum), grad_accum > 1 ? "es" : "", static_cast<long long>(batch),
                   config.recompute.c_str());
+    char capacity[64] = "dropless";
+    if (config.capacity_factor > 0) std::snprintf(capacity, sizeof capacity, "capacity factor %g", config.capacity_factor);
+    if (world.is_main() && config.experts > 0)
+      std::printf("experts: %lld per MoE block (%s), %lld per token, %lld shared, %s; "
+                  "%lld parameters active per token; ep %d (%lld experts per rank)\n",
+                  static_cast<long long>(config.experts),
+                  config.moe_every == 1 ? "every block" : ("one block in " + std::to_string(config.moe_every)).c_str(),
+                  static_cast<long long>(config.experts_per_token), static_cast<long long>(config.shared_experts),
+                  capacity,
+                  static_cast<long long>(model.active_parameters()), ep,
+                  static_cast<long long>(config.experts / ep));
     if (world.is_main() && !config.gpt2())
       std::printf("blocks: --norm %s --pos %s --mlp %s --kv-heads %lld\n", config.norm.c_str(),
                   config.pos.c_str(), config.mlp.c_str(),
@@ -462,7 +522,9 @@ int main(int argc, char** argv) {
       // What this rank holds and sends in the second step (the first creates the optimizer's state).
       const bool measured = step == std::min(start_step + 1, end - 1);
       // Every group a step sends on: budget.h's four axes, then ring attention's cp group.
-      std::array<par::Communicator*, 5> axes{&groups.tp, &groups.pp, &everyone, &groups.pp_tp, &mesh.group("cp")};
+      std::vector<par::Communicator*> axes{&groups.tp, &groups.pp, &everyone, &groups.pp_tp, &mesh.group("cp")};
+      if (groups.ep) axes.push_back(groups.ep);  // expert parallelism's all-to-alls
+      if (groups.expert_dp) axes.push_back(groups.expert_dp);  // and its experts' all-reduce
       if (budgeted || measured)
         for (par::Communicator* c : axes) c->reset_wire_bytes();
       trainer.zero_grad();
@@ -473,6 +535,12 @@ int main(int argc, char** argv) {
       trainer.clip(1.0);
       trainer.step();
       schedule.step();
+      if (measured && groups.ep && world.is_main()) {  // the experts' all-to-alls against the formula
+        std::snprintf(line, sizeof line, "CHECK moe_all_to_all_mb predicted=%.6f measured=%.6f",
+                      gpt::moe_all_to_all_bytes(config, batch * config.seq, ep, grad_accum) / 1e6,
+                      double(groups.ep->wire_bytes(par::Collective::AllToAll)) / 1e6);
+        bar.message(line);
+      }
       if (measured) {
         held[2] = trainer.held_bytes()[2];  // the optimizer's state, after its step
         sent = 0;
@@ -522,6 +590,13 @@ int main(int argc, char** argv) {
                       val / unigram, seconds > 0 ? double(timed_tokens) / seconds : 0.0);
         bar.message(line);
         entry["val_loss"] = val;
+        if (config.experts > 0) {  // the last step's load on this rank's tokens (rank 0's)
+          const auto [balance, dropped] = model.expert_load();
+          std::snprintf(line, sizeof line, "            experts: busiest / mean %.2f, %.1f%% of choices dropped",
+                        balance, 100 * dropped);
+          bar.message(line);
+          entry["expert_balance"] = balance, entry["expert_dropped"] = dropped;
+        }
         rate.restart(double(tokens_per_step * (step + 1 - start_step)));  // not the evaluation's time
       }
       if (eval_now || log_now) log.write(std::move(entry));
@@ -569,18 +644,27 @@ int main(int argc, char** argv) {
     // MFU (mfu.h): each rank's share of the model's FLOPs per second over one rank's
     // measured GEMM rate.
     const double tokens_per_s = seconds > 0 ? double(timed_tokens) / seconds : 0.0;
-    const double flops = gpt::train_flops_per_token(config, model.num_parameters()) * tokens_per_s / world.size();
+    const double flops = gpt::train_flops_per_token(config, model.active_parameters()) * tokens_per_s / world.size();
     const double peak_flops = mfu::rank_peak_flops(world);
+    std::string experts_fields;  // the RESULT line's end, for MoE runs: the last step's load
+    if (config.experts > 0) {
+      const auto [balance, dropped] = model.expert_load();
+      char fields[160];
+      std::snprintf(fields, sizeof fields, " experts=%lld experts_per_token=%lld ep=%d expert_balance=%.3f "
+                    "expert_dropped=%.4f", static_cast<long long>(config.experts),
+                    static_cast<long long>(config.experts_per_token), ep, balance, dropped);
+      experts_fields = fields;
+    }
     if (world.is_main())
       std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d tp=%d pp=%d val_loss=%.4f "
                   "unigram_loss=%.4f tokens_per_s=%.0f precision=%s comm_hook=%s recompute=%s grad_accum=%lld "
                   "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f peak_mb=%.6f comm_mb=%.6f model_gflops=%.2f "
-                  "mfu=%.3f gemm_gflops=%.1f step_s=%.4f sent=%s\n",
+                  "mfu=%.3f gemm_gflops=%.1f step_s=%.4f sent=%s%s\n",
                   world.size(), strategy.c_str(), dp, cp, tp, pp, val, unigram, tokens_per_s, precision.name.c_str(),
                   comm_hook.name.c_str(), config.recompute.c_str(), static_cast<long long>(grad_accum), mb[0],
                   mb[1], mb[2], mb[3], mb[4], flops / 1e9, flops / peak_flops, peak_flops / 1e9,
                   timed_tokens > 0 ? seconds * double(tokens_per_step) / double(timed_tokens) : 0.0,
-                  gpt::by_kind(sent_by_kind).c_str());
+                  gpt::by_kind(sent_by_kind).c_str(), experts_fields.c_str());
     return 0;
   });
 }

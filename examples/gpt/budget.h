@@ -4,7 +4,7 @@
 //                                                       .micro_batches = 4, .stage = 0});
 //
 // `gpt --budget` prints these beside what each rank really holds and what its
-// communicators counted (Communicator::wire_bytes) in one step; docs/learn/06-mesh.md
+// communicators counted (Communicator::wire_bytes) in one step; docs/learn/07-mesh.md
 // derives them. The layout is gpt.cpp's: a (dp, pp, cp, tp) mesh under --strategy ddp,
 // here with cp = 1 (chapter 5 counts the ring's bytes). With L blocks of width E, context
 // T, a vocabulary of V = 256 and B sequences per replica, split into m micro-batches:
@@ -87,6 +87,22 @@ inline Budget predict_budget(const GPTConfig& c, int64_t batch, const BudgetLayo
 inline double train_flops_per_token(const GPTConfig& c, int64_t parameters) {
   const double positions = c.pos == "rope" ? 0 : double(c.seq * c.d_model);
   return 6 * (double(parameters) - positions) + 12.0 * double(c.layers * c.d_model * c.seq);
+}
+
+// Bytes one rank sends through all-to-alls in a training step under expert parallelism
+// (--experts E --experts-per-token k --ep P), each MoE layer's tokens spread evenly over
+// the experts: every forward the counts (E int64, (P−1)/P of them to other ranks), then
+// k·n rows of E_model floats go out to the experts (dispatch) and as many come back
+// (combine), (P−1)/P of them to other ranks; backward sends both again, reversed. n: the
+// tokens of one micro-batch on this rank. Dropped tokens (a capacity factor) and uneven
+// routing move the measurement away from this.
+inline double moe_all_to_all_bytes(const GPTConfig& c, int64_t tokens, int ep, int64_t micro_batches) {
+  if (c.experts == 0 || ep == 1) return 0;
+  int64_t moe_layers = 0;
+  for (int64_t i = 0; i < c.layers; ++i) moe_layers += c.moe_block(i) ? 1 : 0;
+  const double away = double(ep - 1) / ep;
+  const double rows = double(c.experts_per_token * tokens) * away;
+  return double(micro_batches * moe_layers) * (8.0 * double(c.experts) * away + 4 * rows * 4.0 * double(c.d_model));
 }
 
 }  // namespace gpt

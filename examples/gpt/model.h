@@ -8,17 +8,25 @@
 // embeddings, pre-norm blocks of causal self-attention and a GELU MLP, a final norm, and
 // an LM head tied to the token embedding. The options swap in Llama's pieces, each on
 // its own: RMSNorm, rotary q/k at the tokens' global positions (no wpe), the SwiGLU MLP,
-// grouped-query attention. Nothing here knows about parallelism: context parallelism
-// shards `positions` with the tokens and reroutes attention (parallel/context_parallel.h);
-// gpt/parallel.h builds the tensor- and pipeline-parallel pieces from this model.
+// grouped-query attention. With experts > 0 the MLP of every moe_every-th block is a
+// Mixture of Experts (nn/moe.h), each sequence of a batch one routing group (its own
+// capacity and load statistics), so that any data-parallel layout routes as one process
+// does; given an ep group, its experts are split over it (parallel/expert_parallel.h).
+// Nothing else here knows about parallelism: context parallelism shards `positions` with the
+// tokens and reroutes attention (parallel/context_parallel.h); gpt/parallel.h builds the
+// tensor- and pipeline-parallel pieces from this model.
 #pragma once
 
 #include <ringgrad/ringgrad.h>
 
 #include <ringgrad/nn/checkpoint.h>
+#include <ringgrad/parallel/expert_parallel.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gpt {
 
@@ -34,6 +42,17 @@ struct GPTConfig {
   std::string mlp = "gelu";        // or swiglu: w2(silu(w1 x) · w3 x), hidden ≈ 8/3 d_model
   int64_t ff = 0;                  // SwiGLU's hidden width (0: Llama's rule, below)
   int64_t kv_heads = 0;            // grouped-query attention: K/V heads (0: --heads)
+  // Mixture of Experts (0: a dense MLP in every block): E experts of the block's MLP shape,
+  // k per token, S shared; in blocks moe_every−1, 2·moe_every−1, … (2: every other block).
+  int64_t experts = 0, experts_per_token = 2, shared_experts = 0, moe_every = 1;
+  double capacity_factor = 0.0, aux_loss_coef = 0.01;  // 0: dropless
+  bool moe_block(int64_t index) const { return experts > 0 && index % moe_every == moe_every - 1; }
+  rg::nn::MoEOptions moe_options() const {
+    return {.num_experts = experts, .top_k = experts_per_token, .hidden = hidden(),
+            .mlp = mlp == "swiglu" ? rg::nn::ExpertMLP::SwiGLU : rg::nn::ExpertMLP::GELU,
+            .shared_experts = shared_experts, .capacity_factor = capacity_factor,
+            .aux_loss_coef = aux_loss_coef};
+  }
   // What each block keeps for backward (activation recomputation, nn/checkpoint.h):
   //   none       everything its ops save: about 16·B·T·E numbers a block. The fused attention
   //              already recomputes its T×T scores in backward instead of keeping them
@@ -86,12 +105,18 @@ std::shared_ptr<rg::nn::Module> make_norm(const GPTConfig& c) {
 // options, of Llama: RMSNorm, rotary q/k, grouped-query attention, SwiGLU).
 class Block : public rg::nn::Module {
  public:
-  // positions: the GPT's (1, seq) global positions, read at every forward (rope).
-  Block(const GPTConfig& c, const rg::Tensor* positions)
+  // positions: the GPT's (1, seq) global positions, read at every forward (rope). index:
+  // the block's place in the model (which blocks are MoE); ep: the group its experts are
+  // split over (null: all here).
+  Block(const GPTConfig& c, const rg::Tensor* positions, int64_t index = 0,
+        rg::parallel::Communicator* ep = nullptr)
       : d_model(c.d_model), ln1(make_norm(c)), ln2(make_norm(c)),
         attn(c.d_model, c.heads, {.batch_first = true, .kv_heads = c.kv_heads, .rotary = c.pos == "rope"}),
         recompute(c.recompute), positions_(positions), rope_(c.pos == "rope") {
-    if (c.mlp == "swiglu") {
+    if (c.moe_block(index)) {
+      moe = std::make_shared<rg::nn::MoE>(c.d_model, c.moe_options());
+      if (ep) moe = std::make_shared<rg::parallel::ExpertParallelMoE>(*moe, *ep);
+    } else if (c.mlp == "swiglu") {
       mlp = std::make_shared<rg::nn::SwiGLU>(c.d_model, c.hidden());
     } else {
       fc = std::make_shared<rg::nn::Linear>(c.d_model, 4 * c.d_model);
@@ -100,7 +125,9 @@ class Block : public rg::nn::Module {
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
-    if (mlp) {
+    if (moe) {
+      register_module("moe", moe);
+    } else if (mlp) {
       register_module("mlp", mlp);
     } else {
       register_module("fc", fc);
@@ -116,6 +143,8 @@ class Block : public rg::nn::Module {
     };
     auto mlp_half = [this](const rg::Tensor& y) {
       rg::Tensor z = (*ln2)(y);
+      if (moe)  // each sequence (row of z) routed as a group of its own
+        return moe->call(z, [&] { return moe->forward_moe(z, z.size(0)).output; });
       return mlp ? (*mlp)(z) : (*proj)(fc_gelu(z));
     };
     return block_forward(recompute, x, attention_half, mlp_half);
@@ -131,7 +160,8 @@ class Block : public rg::nn::Module {
   std::shared_ptr<rg::nn::Module> ln1, ln2;  // LayerNorm or RMSNorm
   rg::nn::MultiheadAttention attn;
   std::shared_ptr<rg::nn::Linear> fc, proj;  // the GELU MLP, or
-  std::shared_ptr<rg::nn::SwiGLU> mlp;       // the SwiGLU one
+  std::shared_ptr<rg::nn::SwiGLU> mlp;       // the SwiGLU one, or
+  std::shared_ptr<rg::nn::MoE> moe;          // experts (an ExpertParallelMoE under ep)
   std::string recompute;                     // GPTConfig::recompute
 
  private:
@@ -141,7 +171,8 @@ class Block : public rg::nn::Module {
 
 class GPT : public rg::nn::Module {
  public:
-  explicit GPT(const GPTConfig& c)
+  // ep: the group the MoE blocks' experts are split over (null: every expert here).
+  explicit GPT(const GPTConfig& c, rg::parallel::Communicator* ep = nullptr)
       : wte(c.vocab, c.d_model) {
     register_module("wte", wte);
     if (c.pos != "rope") {  // learned positions; with rope the blocks rotate q and k instead
@@ -149,7 +180,11 @@ class GPT : public rg::nn::Module {
       register_module("wpe", *wpe);
     }
     blocks = register_module("blocks", std::make_shared<rg::nn::Sequential>());
-    for (int64_t i = 0; i < c.layers; ++i) blocks->add(std::make_shared<Block>(c, &positions));
+    for (int64_t i = 0; i < c.layers; ++i) {
+      auto block = std::make_shared<Block>(c, &positions, i, ep);
+      if (block->moe) moes.push_back(block->moe);
+      blocks->add(block);
+    }
     ln_f = make_norm(c);
     register_module("ln_f", ln_f);
     rg::NoGradGuard no_grad;  // GPT-2's embedding init: small, as the head shares it
@@ -168,11 +203,48 @@ class GPT : public rg::nn::Module {
     return rg::matmul(x, wte.weight.t());  // the LM head, tied to the token embedding
   }
 
+  // The MoE blocks' weighted auxiliary losses of the last forward, summed (0 without).
+  rg::Tensor aux_loss() const {
+    rg::Tensor total;
+    for (const auto& m : moes) total = total.defined() ? total + m->aux_loss() : m->aux_loss();
+    return total.defined() ? total : rg::scalar_tensor(0.0);
+  }
+  // The last forward's load over the MoE blocks: the mean of each block's busiest expert's
+  // rows over its mean, and the fraction of choices dropped.
+  std::pair<double, double> expert_load() const {
+    double balance = 0, dropped = 0;
+    for (const auto& m : moes)
+      balance += m->stats().max_over_mean(), dropped += m->stats().dropped_fraction();
+    const double n = std::max<double>(1.0, double(moes.size()));
+    return {balance / n, dropped / n};
+  }
+  // Every parameter of the whole model, the experts other ranks hold included.
+  int64_t all_parameters() const {
+    return counting_experts([](const rg::nn::MoEOptions& o) { return o.num_experts; });
+  }
+  // The parameters one token's computation uses: all but the experts, and k experts of
+  // every MoE block (the count FLOPs per token are made of).
+  int64_t active_parameters() const {
+    return counting_experts([](const rg::nn::MoEOptions& o) { return o.top_k; });
+  }
+  // This rank's parameters with each MoE block's experts counted as experts(its options)
+  // experts' worth instead of the ones held here.
+  template <typename F>
+  int64_t counting_experts(F experts) const {
+    int64_t total = num_parameters();
+    for (const auto& m : moes) {
+      const int64_t local = m->experts.num_parameters(), held = int64_t(m->experts.size());
+      total += held ? local / held * experts(m->options()) - local : 0;
+    }
+    return total;
+  }
+
   rg::nn::Embedding wte;
   std::unique_ptr<rg::nn::Embedding> wpe;  // null with --pos rope
   std::shared_ptr<rg::nn::Sequential> blocks;
   std::shared_ptr<rg::nn::Module> ln_f;  // LayerNorm or RMSNorm
   rg::Tensor positions;  // (1, seq) int64; not a parameter or buffer
+  std::vector<std::shared_ptr<rg::nn::MoE>> moes;  // the MoE blocks' layers
 };
 
 }  // namespace gpt

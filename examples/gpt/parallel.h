@@ -103,6 +103,10 @@ struct Groups {
   par::Communicator& tp;
   par::Communicator& pp_tp;  // (pp, tp): one whole model's parameters, for the gradient norm
   int pp_rank, tp_rank, pp_size;
+  // --ep above 1: the group the experts are split over, and the ranks holding the same
+  // experts (null when dp = ep: each expert on one rank).
+  par::Communicator* ep = nullptr;
+  par::Communicator* expert_dp = nullptr;
 };
 
 }  // namespace gpt

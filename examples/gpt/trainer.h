@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ringgrad/parallel/ddp.h>
+#include <ringgrad/parallel/expert_parallel.h>
 #include <ringgrad/parallel/fsdp.h>
 #include <ringgrad/parallel/grad_scaler_sync.h>
 #include <ringgrad/parallel/pipeline.h>
@@ -80,8 +81,13 @@ struct Trainer {
       }
       return;
     }
-    if (s == "ddp" || s == "zero1")
-      ddp = std::make_unique<par::DistributedDataParallel>(m, c, par::DDPOptions{.comm_hook = comm_hook});
+    // Under expert parallelism each rank's experts are its own, averaged by reduce_expert_grads.
+    groups = &g;
+    par::DDPOptions ddp_options{.comm_hook = comm_hook};
+    if (g.ep)
+      for (const auto& [name, p] : m.named_parameters())
+        if (is_expert(name)) ddp_options.ignored_parameters.push_back(name);
+    if (s == "ddp" || s == "zero1") ddp = std::make_unique<par::DistributedDataParallel>(m, c, ddp_options);
     if (s == "ddp") adamw = make(m.parameters());
     if (s == "zero1" || s == "zero2")
       zero = std::make_unique<par::ZeroRedundancyOptimizer>(m.parameters(), c, make,
@@ -94,6 +100,14 @@ struct Trainer {
     }
   }
 
+  static bool is_expert(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
+  // This rank's experts' parameters (every MoE block's).
+  std::vector<rg::Tensor> expert_parameters() const {
+    std::vector<rg::Tensor> out;
+    for (const auto& moe : model.moes)
+      for (const rg::Tensor& p : moe->experts.parameters()) out.push_back(p);
+    return out;
+  }
   rg::optim::Optimizer& optimizer() { return zero ? zero->local_optimizer() : *adamw; }
   // The parameters this rank holds between steps: FSDP's shards, a stage's slices, or all.
   std::vector<rg::Tensor> held_parameters() {
@@ -148,15 +162,20 @@ struct Trainer {
       if (quiet && ddp) ddp_quiet.emplace(*ddp);
       if (quiet && zero && !ddp) zero_quiet.emplace(*zero);  // zero2 (zero1 is DDP's)
       if (quiet && fsdp) fsdp_quiet.emplace(*fsdp);
-      rg::Tensor loss;
+      rg::Tensor loss, objective;
       {
         rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());  // off for fp32
         loss = loss_of(micro(tokens, k), micro(targets, k));
+        // The experts' load-balance losses join the objective, not the loss reported.
+        objective = model.moes.empty() ? loss : loss + model.aux_loss();
       }
-      scaler.scale(loss * share).backward();  // fp32/bf16: (loss / N).backward()
+      scaler.scale(objective * share).backward();  // fp32/bf16: (loss / N).backward()
       sum += loss.item() * share;
     }
-    if (!pipeline) return sum;
+    if (!pipeline) {
+      if (groups->ep) par::reduce_expert_grads(expert_parameters(), groups->expert_dp, comm.size());
+      return sum;
+    }
     // The tied embedding's two copies (first and last stage): their gradients summed.
     if (groups->pp_size > 1) {
       rg::Tensor g = stage->wte ? stage->wte->weight.grad()
@@ -197,6 +216,18 @@ struct Trainer {
     scaler.unscale_(zero_step ? *zero_step : zero ? zero->local_optimizer() : *adamw);  // fp16 only
     if (fsdp) return fsdp->clip_grad_norm_(max_norm);
     if (zero) return zero->clip_grad_norm_(max_norm);
+    if (groups->ep) {  // Σ g²: the dense parameters here, every expert once over the ep group
+      rg::NoGradGuard no_grad;
+      const std::vector<rg::Tensor> experts = expert_parameters();
+      std::vector<rg::Tensor> dense;
+      for (const auto& [name, p] : model.named_parameters())
+        if (!is_expert(name)) dense.push_back(p);
+      rg::Tensor expert_sq = rg::full({1}, rg::optim::grad_norm_squared(experts), {.dtype = rg::kFloat64});
+      groups->ep->all_reduce(expert_sq, par::Reduce::Sum);
+      const double norm = std::sqrt(rg::optim::grad_norm_squared(dense) + expert_sq.item());
+      rg::optim::scale_grads_to_norm(model.parameters(), norm, max_norm);
+      return norm;
+    }
     return rg::optim::clip_grad_norm(model.parameters(), max_norm);
   }
   // fp32/bf16 (scaler disabled): zero->step() or adamw->step(); fp16: skipped on inf/NaN.
@@ -213,7 +244,32 @@ struct Trainer {
   rg::NamedTensors model_state() {
     RG_CHECK(!pipeline, "gpt", "expected --save without --tp/--pp (not yet: each stage holds part of the model)");
     if (fsdp) return fsdp->full_state_dict(0);
+    if (groups->ep) {  // every rank takes part in the gathering; rank 0 keeps the result
+      rg::NamedTensors whole = with_every_expert();
+      return comm.rank() == 0 ? whole : rg::NamedTensors{};
+    }
     return comm.rank() == 0 ? model.state_dict() : rg::NamedTensors{};
+  }
+  // The model's state with each MoE block's experts gathered from the ranks of its ep group
+  // (a collective over every ep group): the whole model's names and order.
+  rg::NamedTensors with_every_expert() {
+    std::vector<rg::NamedTensors> full;  // per MoE block, in block order
+    for (const auto& moe : model.moes) full.push_back(static_cast<par::ExpertParallelMoE&>(*moe).full_state_dict());
+    rg::NamedTensors whole;
+    std::string block;  // the MoE block being replaced: "blocks.3.moe."
+    size_t next = 0;
+    for (const auto& [name, t] : model.state_dict()) {
+      const size_t at = name.find(".moe.");
+      if (at == std::string::npos) {
+        whole.emplace_back(name, t);
+        continue;
+      }
+      const std::string prefix = name.substr(0, at + 5);
+      if (prefix == block) continue;  // already put in whole
+      block = prefix;
+      for (const auto& [inner, value] : full.at(next++)) whole.emplace_back(prefix + inner, value);
+    }
+    return whole;
   }
   rg::NamedTensors optimizer_state(std::map<std::string, std::string>* meta) {
     if (zero) return zero->consolidate_state_dict(meta, 0);
