@@ -56,24 +56,29 @@ fig_04-pipeline-parallel() {
   draw 04-pipeline-parallel "$work/pp.json" "1F1B on 2 stages, 4 micro-batches"
 }
 
-fig_06-mesh() {
-  scripts/rgrun -n 8 build/bin/gpt "${gpt_small[@]}" --dp 2 --pp 2 --tp 2 --trace "$work/mesh.json" >/dev/null
-  draw 06-mesh "$work/mesh.json" "dp 2 x pp 2 x tp 2 on 8 ranks: ranks 0-3, one replica's two stages" --ranks 0-3
+fig_06-experts() {
+  scripts/rgrun -n 2 build/bin/gpt "${gpt_small[@]}" --experts 4 --ep 2 --trace "$work/ep.json" >/dev/null
+  draw 06-experts "$work/ep.json" "expert parallelism on 2 ranks: each MoE block's dispatch and combine all-to-alls"
 }
 
-fig_07-mixed-precision() {
+fig_07-mesh() {
+  scripts/rgrun -n 8 build/bin/gpt "${gpt_small[@]}" --dp 2 --pp 2 --tp 2 --trace "$work/mesh.json" >/dev/null
+  draw 07-mesh "$work/mesh.json" "dp 2 x pp 2 x tp 2 on 8 ranks: ranks 0-3, one replica's two stages" --ranks 0-3
+}
+
+fig_08-mixed-precision() {
   scripts/rgrun -n 2 build/bin/gpt "${gpt_small[@]}" --precision bf16 --comm-hook bf16 \
     --trace "$work/mp.json" >/dev/null
-  draw 07-mixed-precision "$work/mp.json" "bfloat16 autocast on 2 ranks, gradients sent as bfloat16 (bf16_compress_hook)"
+  draw 08-mixed-precision "$work/mp.json" "bfloat16 autocast on 2 ranks, gradients sent as bfloat16 (bf16_compress_hook)"
 }
 
-fig_08-hierarchical() {
+fig_09-hierarchical() {
   RINGGRAD_TEST_RANKS_PER_HOST=2 scripts/rgrun -n 4 build/bin/hierarchical_from_scratch \
     --trace "$work/hier.json" >/dev/null
-  draw 08-hierarchical "$work/hier.json" "4 ranks as 2 hosts of 2: the flat ring, the hierarchical all-reduce from scratch, the library's"
+  draw 09-hierarchical "$work/hier.json" "4 ranks as 2 hosts of 2: the flat ring, the hierarchical all-reduce from scratch, the library's"
 }
 
-all=(00-one-device 01-ddp 02-sharding 03-tensor-parallel 04-pipeline-parallel 05-context-parallel 06-mesh 07-mixed-precision 08-hierarchical)
+all=(00-one-device 01-ddp 02-sharding 03-tensor-parallel 04-pipeline-parallel 05-context-parallel 06-experts 07-mesh 08-mixed-precision 09-hierarchical)
 for name in "${@:-${all[@]}}"; do
   declare -F "fig_$name" >/dev/null || { echo "make_figures: no figure '$name' (${all[*]})" >&2; exit 2; }
   "fig_$name"
