@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "ringgrad/autograd/function.h"
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/nn/functional.h"
@@ -131,6 +132,16 @@ double MoEStats::max_over_mean() const {
   return double(most) * double(tokens_per_expert.size()) / double(total);
 }
 
+Tensor with_aux_loss(const Tensor& y, const Tensor& aux) {
+  RG_CHECK(aux.defined() && aux.numel() == 1, "with_aux_loss", "expected a loss of one element, got ",
+           aux.describe());
+  Tensor out = y.detach();  // the same values: only backward differs
+  autograd::record("with_aux_loss", out, {&y, &aux}, [one = ones_like(aux)](const Tensor& g) {
+    return autograd::Grads{g, one};
+  });
+  return out;
+}
+
 // ---- the layer
 
 MoE::MoE(int64_t dim, MoEOptions options) : MoE(dim, options, 0, options.num_experts) {}
@@ -218,8 +229,9 @@ MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
   const Tensor weights =
       index_select(gates.reshape({N * k}), 0, index(r.assignment_of_row, {outs.size(0)}))
           .unsqueeze(1);
-  Tensor y = index_add(zeros({N, dim_}, {.dtype = outs.dtype(), .device = x.device()}), 0,
-                       token_of_row, outs * weights);
+  const Tensor weighted = outs * weights;  // (under autocast: the experts' 16 bits, gates' 32)
+  Tensor y = index_add(zeros({N, dim_}, {.dtype = weighted.dtype(), .device = x.device()}), 0,
+                       token_of_row, weighted);
   if (shared) y = y + (*shared)(tokens);
 
   // The losses: balance per group, E·Σ_e f_e·P_e, averaged over groups; the z-loss.

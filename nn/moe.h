@@ -107,6 +107,14 @@ struct MoEOutput {
   Tensor aux_loss;  // 0-d: aux_loss_coef·balance + z_loss_coef·z, in the graph
 };
 
+// y itself, except that backward also sends a gradient of 1 into `aux` (a 0-d loss), as if
+// aux had been added to the loss that y's gradient comes from (Megatron's
+// MoEAuxLossAutoScaler). A block that returns with_aux_loss(moe_out, aux · scale) needs no
+// trainer to add its loss: that works inside a recomputed region (the recomputation makes
+// the node again) and on a pipeline stage that never sees the loss. `scale` is what the
+// trainer multiplies its own loss by (1/micro-batches, a GradScaler's scale).
+Tensor with_aux_loss(const Tensor& y, const Tensor& aux);
+
 class MoE : public Module {
  public:
   MoE(int64_t dim, MoEOptions options = {});

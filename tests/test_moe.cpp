@@ -215,6 +215,24 @@ TEST_CASE("moe: groups route as separate calls would") {
   CHECK(dropped > 0);  // the case drops something, or it would test nothing
 }
 
+TEST_CASE("moe: with_aux_loss sends the loss's gradient through backward, recomputed too") {
+  rg::Tensor x = test::leaf({3}), w = test::leaf({2});
+  auto body = [](const std::vector<rg::Tensor>& in) {
+    return nn::with_aux_loss(in[0] * 2.0, (in[1] * in[1]).sum() * 0.5);
+  };
+  // As if the 0.5·Σw² had been added to the loss: d/dx = 2, d/dw = w.
+  body({x, w}).sum().backward();
+  test::check_close(x.grad(), {2, 2, 2}, 0);
+  test::check_close(w.grad(), values(w), 0);
+  // Inside a recomputed region the first forward runs without autograd; the recomputation
+  // makes the node again, and backward is the same.
+  rg::Tensor x2 = x.detach().clone().requires_grad_(), w2 = w.detach().clone().requires_grad_();
+  nn::checkpoint(body, {x2, w2}).sum().backward();
+  test::check_close(x2.grad(), values(x.grad()), 0);
+  test::check_close(w2.grad(), values(w.grad()), 0);
+  CHECK(contains(error_of([&] { nn::with_aux_loss(x, x); }), "expected a loss of one element"));
+}
+
 TEST_CASE("moe: load statistics") {
   nn::MoEStats s;
   s.tokens_per_expert = {6, 2, 0, 0};
