@@ -11,8 +11,9 @@
 # moves between strategies: fsdp trains 10 steps and saves, zero2 resumes to step 20,
 # and must end where DDP's straight 20 steps ended (the batches depend only on the
 # step, and model and AdamW state travel whole). Then a Mixture of Experts run in one
-# process against ddp, zero2, fsdp and expert parallelism (ep 2 at world 2 and 4), and
-# through a checkpoint (fsdp saves at step 10, ddp resumes).
+# process against ddp, zero2, fsdp, expert parallelism (ep 2 at world 2 and 4, with
+# accumulation), recomputation, tp 2 and pp 2 x tp 2, and through a checkpoint (fsdp saves
+# at step 10, ddp resumes).
 # ctest runs it as example_gpt_strategies_2.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 RGRUN GPT [ARGS...]" >&2; exit 2; }
@@ -42,15 +43,21 @@ close "ddp, pp 2 x tp 2 (world 4)" "$reference" \
 "$rgrun" -n 2 "$gpt" "${small[@]}" --strategy fsdp --save "$dir/ckpt" --max-steps 10 \
   > "$dir/save.log" 2>&1 || { cat "$dir/save.log" >&2; echo "FAILED: fsdp --save" >&2; exit 1; }
 close "fsdp 10 steps, zero2 resumes" "$reference" "$(losses --strategy zero2 --resume "$dir/ckpt")" || status=1
-# Experts (an MoE in every other block, one shared, capacity 1.25, SwiGLU experts): every
-# sequence is one routing group, so every layout routes and drops as one process does.
-moe=(--experts 4 --experts-per-token 2 --shared-experts 1 --capacity-factor 1.25 --moe-every 2 --mlp swiglu)
+# Experts (an MoE in every other block, one shared, capacity 1.25): every sequence is one
+# routing group, so every layout routes and drops as one process does; the load-balance
+# loss rides backward from the block (recomputed blocks and pipeline stages included).
+moe=(--experts 4 --experts-per-token 2 --shared-experts 1 --capacity-factor 1.25 --moe-every 2)
 moe_reference=$(losses -n 1 "${moe[@]}" --batch-size 8)
 echo "experts, one process         train ${moe_reference% *}  val ${moe_reference#* }"
 for s in ddp zero2 fsdp; do
   close "experts, $s" "$moe_reference" "$(losses "${moe[@]}" --strategy "$s")" || status=1
 done
 close "experts, ep 2" "$moe_reference" "$(losses "${moe[@]}" --ep 2)" || status=1
+close "experts, ep 2, accumulation 2" "$moe_reference" "$(losses "${moe[@]}" --ep 2 --batch-size 2 --grad-accum 2)" || status=1
+close "experts, recompute full" "$moe_reference" "$(losses "${moe[@]}" --recompute full)" || status=1
+close "experts, tp 2" "$moe_reference" "$(losses "${moe[@]}" --dp 1 --tp 2 --batch-size 8)" || status=1
+close "experts, pp 2 x tp 2 (world 4)" "$moe_reference" \
+  "$(losses -n 4 "${moe[@]}" --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4)" || status=1
 close "experts, dp 4 with ep 2" "$moe_reference" "$(losses -n 4 "${moe[@]}" --ep 2 --batch-size 2)" || status=1
 "$rgrun" -n 2 "$gpt" "${small[@]}" "${moe[@]}" --strategy fsdp --save "$dir/moe-ckpt" --max-steps 10 \
   > "$dir/moe-save.log" 2>&1 || { cat "$dir/moe-save.log" >&2; echo "FAILED: experts, fsdp --save" >&2; exit 1; }

@@ -101,6 +101,17 @@ std::shared_ptr<rg::nn::Module> make_norm(const GPTConfig& c) {
   return std::make_shared<rg::nn::LayerNorm>(c.d_model);
 }
 
+// An MoE block's MLP half: each sequence (row of z) routed as a group of its own; the
+// load-balance loss rides on the output into backward (nn::with_aux_loss), scaled as the
+// trainer scales its loss, so it also reaches the router from inside a recomputed block or
+// a pipeline stage. Through the layer's call(), so that traces show it.
+inline rg::Tensor moe_forward(rg::nn::MoE& moe, const rg::Tensor& z, const double* aux_scale) {
+  return moe.call(z, [&] {
+    rg::nn::MoEOutput out = moe.forward_moe(z, z.size(0));
+    return rg::nn::with_aux_loss(out.output, out.aux_loss * (aux_scale ? *aux_scale : 1.0));
+  });
+}
+
 // x + attention(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2 (or, by the
 // options, of Llama: RMSNorm, rotary q/k, grouped-query attention, SwiGLU).
 class Block : public rg::nn::Module {
@@ -108,11 +119,13 @@ class Block : public rg::nn::Module {
   // positions: the GPT's (1, seq) global positions, read at every forward (rope). index:
   // the block's place in the model (which blocks are MoE); ep: the group its experts are
   // split over (null: all here).
+  // aux_scale: what the trainer multiplies its loss by, read at every forward (the MoE's
+  // load-balance loss joins backward scaled alike; null: 1).
   Block(const GPTConfig& c, const rg::Tensor* positions, int64_t index = 0,
-        rg::parallel::Communicator* ep = nullptr)
+        rg::parallel::Communicator* ep = nullptr, const double* aux_scale = nullptr)
       : d_model(c.d_model), ln1(make_norm(c)), ln2(make_norm(c)),
         attn(c.d_model, c.heads, {.batch_first = true, .kv_heads = c.kv_heads, .rotary = c.pos == "rope"}),
-        recompute(c.recompute), positions_(positions), rope_(c.pos == "rope") {
+        recompute(c.recompute), aux_scale(aux_scale), positions_(positions), rope_(c.pos == "rope") {
     if (c.moe_block(index)) {
       moe = std::make_shared<rg::nn::MoE>(c.d_model, c.moe_options());
       if (ep) moe = std::make_shared<rg::parallel::ExpertParallelMoE>(*moe, *ep);
@@ -143,8 +156,7 @@ class Block : public rg::nn::Module {
     };
     auto mlp_half = [this](const rg::Tensor& y) {
       rg::Tensor z = (*ln2)(y);
-      if (moe)  // each sequence (row of z) routed as a group of its own
-        return moe->call(z, [&] { return moe->forward_moe(z, z.size(0)).output; });
+      if (moe) return moe_forward(*moe, z, aux_scale);
       return mlp ? (*mlp)(z) : (*proj)(fc_gelu(z));
     };
     return block_forward(recompute, x, attention_half, mlp_half);
@@ -163,6 +175,7 @@ class Block : public rg::nn::Module {
   std::shared_ptr<rg::nn::SwiGLU> mlp;       // the SwiGLU one, or
   std::shared_ptr<rg::nn::MoE> moe;          // experts (an ExpertParallelMoE under ep)
   std::string recompute;                     // GPTConfig::recompute
+  const double* aux_scale;                   // the GPT's aux_scale (null: 1)
 
  private:
   const rg::Tensor* positions_;
@@ -181,7 +194,7 @@ class GPT : public rg::nn::Module {
     }
     blocks = register_module("blocks", std::make_shared<rg::nn::Sequential>());
     for (int64_t i = 0; i < c.layers; ++i) {
-      auto block = std::make_shared<Block>(c, &positions, i, ep);
+      auto block = std::make_shared<Block>(c, &positions, i, ep, &aux_scale);
       if (block->moe) moes.push_back(block->moe);
       blocks->add(block);
     }
@@ -203,12 +216,6 @@ class GPT : public rg::nn::Module {
     return rg::matmul(x, wte.weight.t());  // the LM head, tied to the token embedding
   }
 
-  // The MoE blocks' weighted auxiliary losses of the last forward, summed (0 without).
-  rg::Tensor aux_loss() const {
-    rg::Tensor total;
-    for (const auto& m : moes) total = total.defined() ? total + m->aux_loss() : m->aux_loss();
-    return total.defined() ? total : rg::scalar_tensor(0.0);
-  }
   // The last forward's load over the MoE blocks: the mean of each block's busiest expert's
   // rows over its mean, and the fraction of choices dropped.
   std::pair<double, double> expert_load() const {
@@ -245,6 +252,9 @@ class GPT : public rg::nn::Module {
   std::shared_ptr<rg::nn::Module> ln_f;  // LayerNorm or RMSNorm
   rg::Tensor positions;  // (1, seq) int64; not a parameter or buffer
   std::vector<std::shared_ptr<rg::nn::MoE>> moes;  // the MoE blocks' layers
+  // What the trainer multiplies the next forward's loss by (1/micro-batches, the fp16
+  // GradScaler's scale): the MoE blocks scale their load-balance losses alike.
+  double aux_scale = 1.0;
 };
 
 }  // namespace gpt

@@ -19,31 +19,44 @@ namespace par = ringgrad::parallel;
 // A Block with its heads and MLP split across the tp group (Megatron's layout). GPT-2's
 // blocks only: --norm/--pos/--mlp/--kv-heads other than the defaults are refused with
 // --tp or --pp above 1 (ParallelSelfAttention splits a full-head in_proj, LayerNorm only).
+// An MoE block keeps its MoE whole on every tp rank (the plain block's own layer): its
+// input, after attention's all-reduce, is the same on each, so each computes it alike.
 class ParallelBlock : public rg::nn::Module {
  public:
   ParallelBlock(const Block& plain, par::Communicator& tp)
-      : ln1(plain.d_model), ln2(plain.d_model),
-        attn(plain.attn, tp, /*causal=*/true), fc(*plain.fc, tp),
-        proj(*plain.proj, tp, {.input_is_parallel = true}), recompute(plain.recompute) {
+      : ln1(plain.d_model), ln2(plain.d_model), attn(plain.attn, tp, /*causal=*/true),
+        moe(plain.moe), recompute(plain.recompute), aux_scale(plain.aux_scale) {
     ln1.load_state_dict(plain.ln1->state_dict());
     ln2.load_state_dict(plain.ln2->state_dict());
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
-    register_module("fc", fc);
-    register_module("proj", proj);
+    if (moe) {
+      register_module("moe", moe);
+    } else {
+      fc = std::make_shared<par::ColumnParallelLinear>(*plain.fc, tp);
+      proj = std::make_shared<par::RowParallelLinear>(*plain.proj, tp,
+                                                      par::RowParallelOptions{.input_is_parallel = true});
+      register_module("fc", fc);
+      register_module("proj", proj);
+    }
   }
   rg::Tensor forward(const rg::Tensor& x) override {
     return block_forward(
         recompute, x, [this](const rg::Tensor& in) { return attn(ln1(in)); },
-        [this](const rg::Tensor& y) { return proj(rg::gelu(fc(ln2(y)))); });
+        [this](const rg::Tensor& y) {
+          rg::Tensor z = ln2(y);
+          return moe ? moe_forward(*moe, z, aux_scale) : (*proj)(rg::gelu((*fc)(z)));
+        });
   }
 
   rg::nn::LayerNorm ln1, ln2;
   par::ParallelSelfAttention attn;
-  par::ColumnParallelLinear fc;
-  par::RowParallelLinear proj;
-  std::string recompute;  // GPTConfig::recompute
+  std::shared_ptr<par::ColumnParallelLinear> fc;  // the split MLP, or
+  std::shared_ptr<rg::nn::MoE> moe;               // the whole MoE
+  std::shared_ptr<par::RowParallelLinear> proj;
+  std::string recompute;     // GPTConfig::recompute
+  const double* aux_scale;   // the GPT's (Block::aux_scale)
 };
 
 // Pipeline stage s of p over a tp group, built from the whole GPT: blocks

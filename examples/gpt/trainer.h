@@ -52,6 +52,7 @@ struct Trainer {
   std::unique_ptr<ZeroStep> zero_step;  // fp16 under ZeRO: its step, as an Optimizer
   // --grad-accum: a step's rows on this rank are taken in this many micro-batches.
   int64_t accumulation = 1;
+  int64_t pipeline_micro_batches = 1;  // --micro-batches under --pp: each one's loss is 1/m
 
   Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr, const Groups& g,
           int64_t micro_batches, const Precision& p, par::DDPCommHook comm_hook, int64_t accum)
@@ -69,6 +70,7 @@ struct Trainer {
       groups = &g;
       stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp);
       pipeline = std::make_unique<par::Pipeline>(*stage, g.pp, par::PipelineOptions{.micro_batches = micro_batches});
+      pipeline_micro_batches = micro_batches;
       adamw = make(stage->parameters());
       // Counted once: a slice of a split parameter on every tp rank; a parameter every tp
       // rank holds whole on tp rank 0; the tied embedding on the first stage only.
@@ -150,6 +152,7 @@ struct Trainer {
     for (int64_t k = 0; k < accumulation; ++k) {
       const bool quiet = k + 1 < accumulation;
       if (pipeline) {  // gradients accumulate in the stage; the all-reduces come after the last
+        model.aux_scale = share / double(pipeline_micro_batches);
         sum += pipeline->forward_backward(micro(tokens, k), micro(targets, k),
                                           [this, share](const rg::Tensor& logits, const rg::Tensor& t) {
                                             return vocab_parallel_loss()(logits, t) * share;
@@ -162,14 +165,14 @@ struct Trainer {
       if (quiet && ddp) ddp_quiet.emplace(*ddp);
       if (quiet && zero && !ddp) zero_quiet.emplace(*zero);  // zero2 (zero1 is DDP's)
       if (quiet && fsdp) fsdp_quiet.emplace(*fsdp);
-      rg::Tensor loss, objective;
+      rg::Tensor loss;
+      // The experts' load-balance losses join backward scaled as the loss is (gpt/model.h).
+      model.aux_scale = share * scaler.get_scale();
       {
         rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());  // off for fp32
         loss = loss_of(micro(tokens, k), micro(targets, k));
-        // The experts' load-balance losses join the objective, not the loss reported.
-        objective = model.moes.empty() ? loss : loss + model.aux_loss();
       }
-      scaler.scale(objective * share).backward();  // fp32/bf16: (loss / N).backward()
+      scaler.scale(loss * share).backward();  // fp32/bf16: (loss / N).backward()
       sum += loss.item() * share;
     }
     if (!pipeline) {
