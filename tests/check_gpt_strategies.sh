@@ -12,8 +12,8 @@
 # and must end where DDP's straight 20 steps ended (the batches depend only on the
 # step, and model and AdamW state travel whole). Then a Mixture of Experts run in one
 # process against ddp, zero2, fsdp, expert parallelism (ep 2 at world 2 and 4, with
-# accumulation), recomputation, tp 2 and pp 2 x tp 2, and through a checkpoint (fsdp saves
-# at step 10, ddp resumes).
+# accumulation), recomputation, tp 2 and pp 2 x tp 2, and through checkpoints (fsdp saves
+# at step 10, ddp and ep 2 resume; ep 2 saves, one process resumes).
 # ctest runs it as example_gpt_strategies_2.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 RGRUN GPT [ARGS...]" >&2; exit 2; }
@@ -62,5 +62,10 @@ close "experts, dp 4 with ep 2" "$moe_reference" "$(losses -n 4 "${moe[@]}" --ep
 "$rgrun" -n 2 "$gpt" "${small[@]}" "${moe[@]}" --strategy fsdp --save "$dir/moe-ckpt" --max-steps 10 \
   > "$dir/moe-save.log" 2>&1 || { cat "$dir/moe-save.log" >&2; echo "FAILED: experts, fsdp --save" >&2; exit 1; }
 close "experts, fsdp 10, ddp resumes" "$moe_reference" "$(losses "${moe[@]}" --resume "$dir/moe-ckpt")" || status=1
+close "experts, fsdp 10, ep 2 resumes" "$moe_reference" "$(losses "${moe[@]}" --ep 2 --resume "$dir/moe-ckpt")" || status=1
+"$rgrun" -n 2 "$gpt" "${small[@]}" "${moe[@]}" --ep 2 --save "$dir/moe-ep-ckpt" --max-steps 10 \
+  > "$dir/moe-ep-save.log" 2>&1 || { cat "$dir/moe-ep-save.log" >&2; echo "FAILED: experts, ep 2 --save" >&2; exit 1; }
+close "experts, ep 2 10, one process resumes" "$moe_reference" \
+  "$(losses -n 1 "${moe[@]}" --batch-size 8 --resume "$dir/moe-ep-ckpt")" || status=1
 [ $status -eq 0 ] || echo "FAILED: a strategy's losses differ from DDP's" >&2
 exit $status

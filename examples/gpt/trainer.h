@@ -277,7 +277,57 @@ struct Trainer {
   rg::NamedTensors optimizer_state(std::map<std::string, std::string>* meta) {
     if (zero) return zero->consolidate_state_dict(meta, 0);
     if (fsdp) return fsdp->full_optim_state_dict(*adamw, meta, 0);
+    if (groups->ep) {  // every rank takes part in the gathering; rank 0 keeps the result
+      rg::NamedTensors whole = with_every_experts_state(meta);
+      return comm.rank() == 0 ? whole : rg::NamedTensors{};
+    }
     return comm.rank() == 0 ? adamw->state_dict(meta) : rg::NamedTensors{};
+  }
+  // Under --ep: AdamW's state in the form a plain AdamW over the whole model writes
+  // ("state.0.<index in the whole model>.<buffer>"), each expert's from the rank that holds
+  // it (a collective over every ep group).
+  rg::NamedTensors with_every_experts_state(std::map<std::string, std::string>* meta) {
+    std::map<std::string, std::string> local_meta;
+    const rg::NamedTensors local = adamw->state_dict(&local_meta);
+    std::map<size_t, rg::NamedTensors> by_index;  // this rank's state, by its parameter index
+    for (const auto& [key, t] : local) {
+      const auto k = rg::optim::parse_state_key(key);
+      by_index[k->index].emplace_back(k->name, t);
+    }
+    std::map<std::string, size_t> index_of;  // this rank's parameters
+    for (const auto& [name, p] : model.named_parameters()) index_of.emplace(name, index_of.size());
+    const rg::NamedTensors whole = with_every_expert();  // (its names: the whole model's order)
+    const int64_t held = model.moes.empty() ? 1 : int64_t(model.moes.front()->experts.size());
+    rg::NamedTensors out;
+    for (size_t j = 0; j < whole.size(); ++j) {
+      const std::string& name = whole[j].first;
+      rg::NamedTensors buffers;
+      if (!is_expert(name)) {
+        buffers = by_index[index_of.at(name)];  // replicated: held here
+      } else {  // from its ep rank, shaped like this rank's first expert's
+        const size_t at = name.find(".moe.experts.") + 13, dot = name.find('.', at);
+        const int64_t e = std::stoll(name.substr(at, dot - at));
+        const int owner = int(e / held), me = groups->ep->rank();
+        const std::string like_name = name.substr(0, at) + std::to_string(me * held) + name.substr(dot);
+        for (const auto& [buffer, like] : by_index[index_of.at(like_name)]) {
+          rg::Tensor t = owner == me ? held_buffer(by_index[index_of.at(name)], buffer).clone() : rg::empty_like(like);
+          groups->ep->broadcast(t, owner);
+          buffers.emplace_back(buffer, t);
+        }
+      }
+      for (const auto& [buffer, t] : buffers) out.emplace_back("state.0." + std::to_string(j) + "." + buffer, t);
+    }
+    if (meta) {
+      *meta = local_meta;
+      (*meta)["group.0.size"] = std::to_string(whole.size());
+    }
+    return out;
+  }
+  static rg::Tensor held_buffer(const rg::NamedTensors& buffers, const std::string& name) {
+    for (const auto& [n, t] : buffers)
+      if (n == name) return t;
+    RG_CHECK(false, "gpt", "expected an optimizer buffer '", name, "'");
+    return {};
   }
   // Every rank passes the whole states it read from the files.
   void load(const rg::NamedTensors& model_state, const rg::NamedTensors& optim_state,
@@ -286,6 +336,28 @@ struct Trainer {
     if (fsdp) {
       fsdp->load_full_state_dict(model_state);
       fsdp->load_full_optim_state_dict(*adamw, optim_state, meta);
+      return;
+    }
+    if (groups->ep) {  // this rank's parameters and their state, renumbered as it holds them
+      std::map<std::string, size_t> index_of;
+      for (const auto& [name, p] : model.named_parameters()) index_of.emplace(name, index_of.size());
+      rg::NamedTensors mine, state;
+      std::map<size_t, size_t> local_of;  // the whole model's parameter index -> this rank's
+      for (size_t j = 0; j < model_state.size(); ++j)
+        if (index_of.count(model_state[j].first)) {
+          mine.push_back(model_state[j]);
+          local_of[j] = index_of.at(model_state[j].first);
+        }
+      for (const auto& [key, t] : optim_state) {
+        const auto k = rg::optim::parse_state_key(key);
+        RG_CHECK(k && k->group == 0, "gpt", "expected optimizer keys state.0.<index>.<buffer>, got '", key, "'");
+        if (local_of.count(k->index))
+          state.emplace_back("state.0." + std::to_string(local_of.at(k->index)) + "." + k->name, t);
+      }
+      std::map<std::string, std::string> local_meta = meta;
+      local_meta["group.0.size"] = std::to_string(index_of.size());
+      model.load_state_dict(mine);
+      adamw->load_state_dict(state, local_meta);
       return;
     }
     model.load_state_dict(model_state);
