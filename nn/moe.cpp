@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ringgrad/autograd/function.h"
+#include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/nn/functional.h"
@@ -204,6 +205,10 @@ MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
   const int64_t N = x.numel() / dim_;
   RG_CHECK(groups >= 1 && N % groups == 0, "MoE", "expected the ", N, " tokens to split into ",
            groups, " equal groups");
+  RG_CHECK(!group_sum || options_.capacity_factor == 0, "MoE",
+           "expected capacity_factor 0 (dropless) where a routing group's tokens lie on several "
+           "ranks (group_sum is set): which tokens to drop needs the whole group's order; got ",
+           options_.capacity_factor);
   const Tensor tokens = x.reshape({N, dim_});
   const Tensor logits = router(tokens);  // (N, E)
   const Tensor scores =
@@ -234,11 +239,22 @@ MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
                        token_of_row, weighted);
   if (shared) y = y + (*shared)(tokens);
 
-  // The losses: balance per group, E·Σ_e f_e·P_e, averaged over groups; the z-loss.
-  std::vector<double> f(r.chosen.size());
-  for (size_t i = 0; i < f.size(); ++i) f[i] = double(r.chosen[i]) / double((N / groups) * k);
-  const Tensor fraction = from_vector<double>(f, {groups, E}).to(scores.dtype()).to(x.device());
-  const Tensor mean_score = scores.reshape({groups, N / groups, E}).mean(1);  // P: (G, E)
+  // The losses: balance per group, E·Σ_e f_e·P_e, averaged over groups; the z-loss. A group
+  // spread over ranks (group_sum) counts its choices and scores over all of them.
+  std::vector<double> chosen(r.chosen.begin(), r.chosen.end());
+  Tensor counts = from_vector<double>(chosen, {groups, E}).to(x.device());
+  Tensor score_sum = scores.reshape({groups, N / groups, E}).sum(1);  // (G, E)
+  double group_tokens = double(N / groups);
+  if (group_sum) {
+    {
+      NoGradGuard no_grad;
+      counts = group_sum(counts);
+      group_tokens = group_sum(scalar_tensor(group_tokens, {.dtype = kFloat64})).item();
+    }
+    score_sum = group_sum(score_sum);
+  }
+  const Tensor fraction = (counts / (group_tokens * double(k))).to(scores.dtype());  // f
+  const Tensor mean_score = score_sum / group_tokens;                                // P
   const Tensor balance = (mean_score * fraction).sum() * (double(E) / double(groups));
   const Tensor lse = logsumexp(logits, {-1});
   const Tensor z = (lse * lse).mean();

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,6 +127,13 @@ class MoE : public Module {
   const MoEOptions& options() const { return options_; }
   int64_t dim() const { return dim_; }
   std::string describe() const override;
+
+  // Where each routing group's tokens lie on several ranks (context parallelism: a
+  // sequence's shards), the sum over those ranks — forward the sum, backward the sum of the
+  // ranks' gradients (parallel::sum_over_ranks) — so that the load statistics and the
+  // balance loss are the whole group's. Null: each group is here whole. Only dropless
+  // routing then (capacity needs the group's order).
+  std::function<Tensor(const Tensor&)> group_sum;
 
   Linear router;
   // The experts this module computes, named by their global index ("experts.3.fc.weight"):

@@ -26,6 +26,15 @@ Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
   return out;
 }
 
+Tensor sum_over_ranks(const Tensor& x, Communicator& comm) {
+  Tensor out = x.contiguous().clone();
+  comm.all_reduce(out, Reduce::Sum);
+  autograd::record("sum_over_ranks", out, {&x}, [&comm](const Tensor& g) {
+    return autograd::Grads{sum_over_ranks(g, comm)};
+  });
+  return out;
+}
+
 namespace {
 
 // Which experts rank r of an ep group of `ranks` holds, checked once for the constructor.

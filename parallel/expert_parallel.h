@@ -45,6 +45,12 @@ Tensor all_to_all_rows(const Tensor& x, const std::vector<int64_t>& send_rows,
                        const std::vector<int64_t>& recv_rows, Communicator& comm,
                        const char* name = "all_to_all_rows");
 
+// The sum of every rank's x (same shape), each rank getting it; backward the sum of every
+// rank's gradient: for a value that each rank's loss uses alike (an MoE's load statistics
+// over a sequence context parallelism splits: nn::MoE::group_sum), so that data
+// parallelism's mean over the ranks gives each contribution its whole gradient.
+Tensor sum_over_ranks(const Tensor& x, Communicator& comm);
+
 class ExpertParallelMoE : public nn::MoE {
  public:
   // From the whole layer (the same on every rank): its router and shared experts, and this
