@@ -105,7 +105,8 @@
 // of the data-parallel ranks (parallel/expert_parallel.h; --strategy ddp, no --tp/--pp),
 // and prints the ep group's all-to-all bytes beside gpt/budget.h's formula. Evaluation lines
 // show the busiest expert's load over the mean; RESULT adds experts= ep= expert_balance=
-// expert_dropped=. Not with --cp (each sequence must be on one rank), --plan or --budget.
+// expert_dropped=. With --cp a sequence's routing statistics are summed over its cp ranks
+// (dropless only). Not with --plan or --budget.
 #include <ringgrad/parallel/context_parallel.h>
 #include <ringgrad/parallel/ddp.h>
 #include <ringgrad/parallel/device_mesh.h>
@@ -329,8 +330,9 @@ int main(int argc, char** argv) {
     if (config.experts > 0) {
       RG_CHECK(config.experts_per_token <= config.experts, "gpt", "expected --experts-per-token at most --experts ",
                config.experts, ", got ", config.experts_per_token);
-      RG_CHECK(cp == 1, "gpt", "expected --experts without --cp above 1 (not yet: each sequence is one routing "
-               "group, on one rank), got --cp ", cp);
+      RG_CHECK(cp == 1 || config.capacity_factor == 0, "gpt", "expected --capacity-factor 0 (dropless) with "
+               "--experts and --cp above 1 (which tokens of a sequence to drop needs all of them in one place), "
+               "got --capacity-factor ", config.capacity_factor, " with --cp ", cp);
       RG_CHECK(!plan.plan_only && !budget, "gpt", "expected no --plan or --budget with --experts (the "
                "formulas do not count experts yet)");
     }
@@ -356,14 +358,16 @@ int main(int argc, char** argv) {
     par::DeviceMesh mesh(world.communicator(), {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
     par::Communicator& everyone = mesh.group({"dp", "cp"});  // the gradient's average
     const int replica = mesh.rank("dp");
-    // --ep: the data-parallel ranks as (edp, ep), ep fastest; each ep group splits the experts.
+    // --ep: the data-parallel axis as (edp, ep), the same ranks as (dp, cp) lays out; each ep
+    // group (one cp position) splits the experts, which the (edp, cp) ranks hold alike.
     std::unique_ptr<par::DeviceMesh> experts_mesh;
-    if (ep > 1) experts_mesh = std::make_unique<par::DeviceMesh>(world.communicator(),
-                                                                 std::vector<std::pair<std::string, int>>{{"edp", dp / ep}, {"ep", ep}});
+    if (ep > 1)
+      experts_mesh = std::make_unique<par::DeviceMesh>(
+          world.communicator(), std::vector<std::pair<std::string, int>>{{"edp", dp / ep}, {"ep", ep}, {"cp", cp}});
     const Groups groups{everyone, mesh.group("pp"), mesh.group("tp"), mesh.group({"pp", "tp"}),
                         mesh.rank("pp"), mesh.rank("tp"), pp,
                         ep > 1 ? &experts_mesh->group("ep") : nullptr,
-                        ep > 1 && dp / ep > 1 ? &experts_mesh->group("edp") : nullptr};
+                        ep > 1 && dp / ep * cp > 1 ? &experts_mesh->group({"edp", "cp"}) : nullptr};
 
     const Text text = load_text(data, config.seq);
     // Every rank reads the text itself: the same sizes, or the ranks would train on different data.
@@ -374,6 +378,12 @@ int main(int argc, char** argv) {
     const double unigram = unigram_loss(text.val);
     rg::manual_seed(seed);  // the same initial model on every rank
     GPT model(config, groups.ep);
+    // --cp: a sequence's tokens lie on the cp ranks; its routing statistics are summed over them.
+    if (cp > 1)
+      for (const auto& moe : model.moes)
+        moe->group_sum = [&cp_group = mesh.group("cp")](const rg::Tensor& t) {
+          return par::sum_over_ranks(t, cp_group);
+        };
     Trainer trainer(strategy, model, everyone, lr, groups, pp > 1 ? micro_batches : 1, precision,
                     comm_hook.hook(), grad_accum);
     const int64_t per_replica = batch * grad_accum;  // sequences per step on each replica
@@ -546,7 +556,7 @@ int main(int argc, char** argv) {
       schedule.step();
       if (measured && groups.ep && world.is_main()) {  // the experts' all-to-alls against the formula
         std::snprintf(line, sizeof line, "CHECK moe_all_to_all_mb predicted=%.6f measured=%.6f",
-                      gpt::moe_all_to_all_bytes(config, batch * config.seq, ep, grad_accum) / 1e6,
+                      gpt::moe_all_to_all_bytes(config, batch * config.seq / cp, ep, grad_accum) / 1e6,
                       double(groups.ep->wire_bytes(par::Collective::AllToAll)) / 1e6);
         bar.message(line);
       }

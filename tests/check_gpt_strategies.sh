@@ -12,7 +12,7 @@
 # and must end where DDP's straight 20 steps ended (the batches depend only on the
 # step, and model and AdamW state travel whole). Then a Mixture of Experts run in one
 # process against ddp, zero2, fsdp, expert parallelism (ep 2 at world 2 and 4, with
-# accumulation), recomputation, tp 2 and pp 2 x tp 2, and through checkpoints (fsdp saves
+# accumulation), recomputation, tp 2 and pp 2 x tp 2, cp 2 (dropless), and through checkpoints (fsdp saves
 # at step 10, ddp and ep 2 resume; ep 2 saves, one process resumes).
 # ctest runs it as example_gpt_strategies_2.
 set -euo pipefail
@@ -55,6 +55,13 @@ done
 close "experts, ep 2" "$moe_reference" "$(losses "${moe[@]}" --ep 2)" || status=1
 close "experts, ep 2, accumulation 2" "$moe_reference" "$(losses "${moe[@]}" --ep 2 --batch-size 2 --grad-accum 2)" || status=1
 close "experts, recompute full" "$moe_reference" "$(losses "${moe[@]}" --recompute full)" || status=1
+# Context parallelism cuts each sequence over 2 ranks: dropless only, the statistics summed.
+dropless=(--experts 4 --experts-per-token 2 --shared-experts 1 --moe-every 2)
+dropless_reference=$(losses -n 1 "${dropless[@]}" --batch-size 8)
+close "experts dropless, fsdp, cp 2" "$dropless_reference" \
+  "$(losses "${dropless[@]}" --strategy fsdp --dp 1 --cp 2 --batch-size 8)" || status=1
+close "experts dropless, ep 2 x cp 2 (world 4)" "$dropless_reference" \
+  "$(losses -n 4 "${dropless[@]}" --dp 2 --cp 2 --ep 2 --batch-size 4)" || status=1
 close "experts, tp 2" "$moe_reference" "$(losses "${moe[@]}" --dp 1 --tp 2 --batch-size 8)" || status=1
 close "experts, pp 2 x tp 2 (world 4)" "$moe_reference" \
   "$(losses -n 4 "${moe[@]}" --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4)" || status=1
