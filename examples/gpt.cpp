@@ -102,7 +102,8 @@
 // group, so every layout (strategies, --tp, --pp, --grad-accum, --recompute) routes and
 // drops what one process does; the load-balance loss rides backward from each block
 // (nn::with_aux_loss), so it needs no trainer to add it. --ep N splits the experts over N
-// of the data-parallel ranks (parallel/expert_parallel.h; --strategy ddp, no --tp/--pp),
+// of the data-parallel ranks (parallel/expert_parallel.h; --strategy ddp; with --tp, --pp
+// and --cp too: all five dimensions),
 // and prints the ep group's all-to-all bytes beside gpt/budget.h's formula. Evaluation lines
 // show the busiest expert's load over the mean; RESULT adds experts= ep= expert_balance=
 // expert_dropped=. With --cp a sequence's routing statistics are summed over its cp ranks
@@ -340,8 +341,6 @@ int main(int argc, char** argv) {
     if (ep > 1) {
       RG_CHECK(strategy == "ddp", "gpt", "expected --strategy ddp with --ep above 1 (DDP leaves the experts to "
                "expert parallelism), got ", strategy);
-      RG_CHECK(tp == 1 && pp == 1, "gpt", "expected --ep without --tp or --pp above 1 (not yet), got --tp ", tp,
-               " --pp ", pp);
       RG_CHECK(dp % ep == 0 && config.experts % ep == 0, "gpt", "expected --ep to divide --dp ", dp,
                " and --experts ", config.experts, ", got ", ep);
     }
@@ -358,12 +357,14 @@ int main(int argc, char** argv) {
     par::DeviceMesh mesh(world.communicator(), {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
     par::Communicator& everyone = mesh.group({"dp", "cp"});  // the gradient's average
     const int replica = mesh.rank("dp");
-    // --ep: the data-parallel axis as (edp, ep), the same ranks as (dp, cp) lays out; each ep
-    // group (one cp position) splits the experts, which the (edp, cp) ranks hold alike.
+    // --ep: the data-parallel axis as (edp, ep), the same ranks the mesh lays out; each ep
+    // group (one pp, cp and tp position) splits the experts, which the (edp, cp) ranks hold
+    // alike (and the tp ranks, which compute them alike).
     std::unique_ptr<par::DeviceMesh> experts_mesh;
     if (ep > 1)
       experts_mesh = std::make_unique<par::DeviceMesh>(
-          world.communicator(), std::vector<std::pair<std::string, int>>{{"edp", dp / ep}, {"ep", ep}, {"cp", cp}});
+          world.communicator(),
+          std::vector<std::pair<std::string, int>>{{"edp", dp / ep}, {"ep", ep}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
     const Groups groups{everyone, mesh.group("pp"), mesh.group("tp"), mesh.group({"pp", "tp"}),
                         mesh.rank("pp"), mesh.rank("tp"), pp,
                         ep > 1 ? &experts_mesh->group("ep") : nullptr,
@@ -644,6 +645,7 @@ int main(int argc, char** argv) {
       model_state = trainer.model_state();
     } else if (pp == 1) {
       model_state = par::tp_full_state_dict(*trainer.stage);
+      if (groups.ep) model_state = trainer.with_every_expert(model_state);  // and every expert
     } else if (world.is_main() && sample_length > 0) {
       std::printf("sample: skipped with --pp above 1 (each stage holds part of the model)\n");
     }

@@ -12,7 +12,9 @@
 # and must end where DDP's straight 20 steps ended (the batches depend only on the
 # step, and model and AdamW state travel whole). Then a Mixture of Experts run in one
 # process against ddp, zero2, fsdp, expert parallelism (ep 2 at world 2 and 4, with
-# accumulation), recomputation, tp 2 and pp 2 x tp 2, cp 2 (dropless), and through checkpoints (fsdp saves
+# accumulation, and with tp 2, pp 2, cp 2, pp 2 x cp 2 at world 8, and all five dimensions
+# at world 16), recomputation, tp 2
+# and pp 2 x tp 2, cp 2 (dropless), and through checkpoints (fsdp saves
 # at step 10, ddp and ep 2 resume; ep 2 saves, one process resumes).
 # ctest runs it as example_gpt_strategies_2.
 set -euo pipefail
@@ -62,10 +64,19 @@ close "experts dropless, fsdp, cp 2" "$dropless_reference" \
   "$(losses "${dropless[@]}" --strategy fsdp --dp 1 --cp 2 --batch-size 8)" || status=1
 close "experts dropless, ep 2 x cp 2 (world 4)" "$dropless_reference" \
   "$(losses -n 4 "${dropless[@]}" --dp 2 --cp 2 --ep 2 --batch-size 4)" || status=1
+close "experts dropless, dp 2 (ep 2) x pp 2 x cp 2 (world 8)" "$dropless_reference" \
+  "$(losses -n 8 "${dropless[@]}" --dp 2 --pp 2 --cp 2 --ep 2 --batch-size 4 --micro-batches 2)" || status=1
+# All five dimensions at once: dp 2 (the experts split over it), pp 2, cp 2, tp 2.
+close "experts dropless, 5D (world 16)" "$dropless_reference" \
+  "$(losses -n 16 "${dropless[@]}" --dp 2 --pp 2 --cp 2 --tp 2 --ep 2 --batch-size 4 --micro-batches 2)" || status=1
 close "experts, tp 2" "$moe_reference" "$(losses "${moe[@]}" --dp 1 --tp 2 --batch-size 8)" || status=1
 close "experts, pp 2 x tp 2 (world 4)" "$moe_reference" \
   "$(losses -n 4 "${moe[@]}" --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4)" || status=1
 close "experts, dp 4 with ep 2" "$moe_reference" "$(losses -n 4 "${moe[@]}" --ep 2 --batch-size 2)" || status=1
+close "experts, dp 2 x ep 2 x tp 2 (world 4)" "$moe_reference" \
+  "$(losses -n 4 "${moe[@]}" --dp 2 --tp 2 --ep 2 --batch-size 4)" || status=1
+close "experts, dp 2 x ep 2 x pp 2 (world 4)" "$moe_reference" \
+  "$(losses -n 4 "${moe[@]}" --dp 2 --pp 2 --ep 2 --batch-size 4 --micro-batches 2)" || status=1
 "$rgrun" -n 2 "$gpt" "${small[@]}" "${moe[@]}" --strategy fsdp --save "$dir/moe-ckpt" --max-steps 10 \
   > "$dir/moe-save.log" 2>&1 || { cat "$dir/moe-save.log" >&2; echo "FAILED: experts, fsdp --save" >&2; exit 1; }
 close "experts, fsdp 10, ddp resumes" "$moe_reference" "$(losses "${moe[@]}" --resume "$dir/moe-ckpt")" || status=1

@@ -43,6 +43,7 @@ struct Trainer {
   std::unique_ptr<Stage> stage;
   std::unique_ptr<par::Pipeline> pipeline;
   std::vector<std::pair<rg::Tensor, bool>> counted;
+  std::vector<rg::Tensor> counted_experts;  // --ep: this rank's experts, counted on tp rank 0
   const Groups* groups = nullptr;
   // --precision: the autocast region of forward and loss; fp16's GradScaler (disabled
   // otherwise). Where each rank unscales only its own gradients (zero1, zero2, fsdp) the
@@ -76,10 +77,16 @@ struct Trainer {
       // rank holds whole on tp rank 0; the tied embedding on the first stage only.
       std::map<std::string, int64_t> whole;
       for (auto& [name, p] : m.named_parameters()) whole[name] = p.numel();
+      // (Under --ep an expert is counted apart: its rank's share of the ep group's experts.)
       for (auto& [name, p] : stage->named_parameters()) {
         const bool split = p.numel() != whole.at(name);
         const bool tied_copy = name == "wte.weight" && !stage->first();
-        counted.emplace_back(p, !tied_copy && (split || g.tp_rank == 0));
+        const bool count = !tied_copy && (split || g.tp_rank == 0);
+        if (g.ep && is_expert(name)) {
+          if (count) counted_experts.push_back(p);
+        } else {
+          counted.emplace_back(p, count);
+        }
       }
       return;
     }
@@ -105,9 +112,9 @@ struct Trainer {
   static bool is_expert(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
   // This rank's experts' parameters (every MoE block's).
   std::vector<rg::Tensor> expert_parameters() const {
-    std::vector<rg::Tensor> out;
-    for (const auto& moe : model.moes)
-      for (const rg::Tensor& p : moe->experts.parameters()) out.push_back(p);
+    std::vector<rg::Tensor> out;  // (a pipeline stage's: its blocks' only)
+    for (const auto& [name, p] : (pipeline ? stage->named_parameters() : model.named_parameters()))
+      if (is_expert(name)) out.push_back(p);
     return out;
   }
   rg::optim::Optimizer& optimizer() { return zero ? zero->local_optimizer() : *adamw; }
@@ -187,7 +194,15 @@ struct Trainer {
       if (stage->wte && !g.defined()) stage->wte->weight.set_grad(total);
       groups->pp.all_reduce(total, par::Reduce::Sum);
     }
-    par::all_reduce_grads(stage->parameters(), comm, par::Reduce::Avg);  // the mean over every token
+    if (!groups->ep) {
+      par::all_reduce_grads(stage->parameters(), comm, par::Reduce::Avg);  // the mean over every token
+      return sum;
+    }
+    std::vector<rg::Tensor> dense;  // --ep: the experts are averaged over their own replicas
+    for (const auto& [name, p] : stage->named_parameters())
+      if (!is_expert(name)) dense.push_back(p);
+    par::all_reduce_grads(dense, comm, par::Reduce::Avg);
+    par::reduce_expert_grads(expert_parameters(), groups->expert_dp, comm.size());
     return sum;
   }
   // The mean loss over this rank's rows, in the training step's micro-batches.
@@ -210,7 +225,13 @@ struct Trainer {
       std::vector<rg::Tensor> mine;
       for (auto& [p, count] : counted)
         if (count) mine.push_back(p);
-      rg::Tensor total = rg::full({1}, rg::optim::grad_norm_squared(mine), {.dtype = rg::kFloat64});
+      double experts = 0;  // --ep: every expert of the stage once, over the ep group
+      if (groups->ep) {
+        rg::Tensor e = rg::full({1}, rg::optim::grad_norm_squared(counted_experts), {.dtype = rg::kFloat64});
+        groups->ep->all_reduce(e, par::Reduce::Sum);
+        experts = e.item();
+      }
+      rg::Tensor total = rg::full({1}, rg::optim::grad_norm_squared(mine) + experts, {.dtype = rg::kFloat64});
       groups->pp_tp.all_reduce(total, par::Reduce::Sum);
       const double norm = std::sqrt(total.item());
       rg::optim::scale_grads_to_norm(stage->parameters(), norm, max_norm);
@@ -248,20 +269,21 @@ struct Trainer {
     RG_CHECK(!pipeline, "gpt", "expected --save without --tp/--pp (not yet: each stage holds part of the model)");
     if (fsdp) return fsdp->full_state_dict(0);
     if (groups->ep) {  // every rank takes part in the gathering; rank 0 keeps the result
-      rg::NamedTensors whole = with_every_expert();
+      rg::NamedTensors whole = with_every_expert(model.state_dict());
       return comm.rank() == 0 ? whole : rg::NamedTensors{};
     }
     return comm.rank() == 0 ? model.state_dict() : rg::NamedTensors{};
   }
-  // The model's state with each MoE block's experts gathered from the ranks of its ep group
-  // (a collective over every ep group): the whole model's names and order.
-  rg::NamedTensors with_every_expert() {
+  // A model's state (this rank's, or its tp slices put together) with each MoE block's
+  // experts gathered from the ranks of its ep group (a collective over every ep group): the
+  // whole model's names and order.
+  rg::NamedTensors with_every_expert(const rg::NamedTensors& state) {
     std::vector<rg::NamedTensors> full;  // per MoE block, in block order
     for (const auto& moe : model.moes) full.push_back(static_cast<par::ExpertParallelMoE&>(*moe).full_state_dict());
     rg::NamedTensors whole;
     std::string block;  // the MoE block being replaced: "blocks.3.moe."
     size_t next = 0;
-    for (const auto& [name, t] : model.state_dict()) {
+    for (const auto& [name, t] : state) {
       const size_t at = name.find(".moe.");
       if (at == std::string::npos) {
         whole.emplace_back(name, t);
@@ -296,7 +318,7 @@ struct Trainer {
     }
     std::map<std::string, size_t> index_of;  // this rank's parameters
     for (const auto& [name, p] : model.named_parameters()) index_of.emplace(name, index_of.size());
-    const rg::NamedTensors whole = with_every_expert();  // (its names: the whole model's order)
+    const rg::NamedTensors whole = with_every_expert(model.state_dict());  // (the whole model's order)
     const int64_t held = model.moes.empty() ? 1 : int64_t(model.moes.front()->experts.size());
     rg::NamedTensors out;
     for (size_t j = 0; j < whole.size(); ++j) {
