@@ -20,11 +20,15 @@
 // block recomputed in backward (nn::checkpoint around the block: the tp all-reduces and
 // the ring's K/V passes run again inside the pipeline's backward). The contract: the same
 // loss at every step and the same final parameters (gathered whole from the tp slices,
-// compared by name) as one process, to 1e-10.
+// compared by name) as one process, to 1e-10. Then all of it again with the fifth
+// dimension: every block's MLP a Mixture of Experts whose experts are split over the
+// data-parallel ranks (ep = dp; parallel/expert_parallel.h) — (dp/ep, pp, cp, tp, ep).
+// Each rank compares the experts it holds.
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
 #include <ringgrad/nn/checkpoint.h>
 #include <ringgrad/parallel/context_parallel.h>
 #include <ringgrad/parallel/device_mesh.h>
+#include <ringgrad/parallel/expert_parallel.h>
 #include <ringgrad/parallel/pipeline.h>
 #include <ringgrad/parallel/tensor_parallel.h>
 #include <ringgrad/parallel/world.h>
@@ -51,21 +55,40 @@ constexpr int kSteps = 3;
 
 // ---- the plain model (one process)
 
+// The fifth dimension: with experts on, every block's MLP is a Mixture of Experts (4
+// experts of the MLP's shape, 2 per token, dropless), each sequence one routing group, its
+// load-balance loss carried into backward on its output (nn::with_aux_loss) scaled as the
+// loss is: 1 in one process, 1/micro-batches on a pipeline stage.
+bool experts = false;
+constexpr int64_t kExperts = 4;
+
+rg::Tensor moe_mlp(rg::nn::MoE& moe, const rg::Tensor& z, double aux_scale) {
+  rg::nn::MoEOutput out = moe.forward_moe(z, z.size(0));
+  return rg::nn::with_aux_loss(out.output, out.aux_loss * aux_scale);
+}
+
 struct PlainBlock : rg::nn::Module {
   rg::nn::LayerNorm ln1{kModel}, ln2{kModel};
   rg::nn::MultiheadAttention attn{kModel, kHeads, {.batch_first = true}};
   rg::nn::Linear up{kModel, 4 * kModel}, down{4 * kModel, kModel};
+  std::shared_ptr<rg::nn::MoE> moe;  // with experts: in place of up and down
   PlainBlock() {
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
-    register_module("up", up);
-    register_module("down", down);
+    if (experts) {
+      moe = std::make_shared<rg::nn::MoE>(kModel, rg::nn::MoEOptions{.num_experts = kExperts, .top_k = 2,
+                                                                      .hidden = 4 * kModel});
+      register_module("moe", moe);
+    } else {
+      register_module("up", up);
+      register_module("down", down);
+    }
   }
   rg::Tensor forward(const rg::Tensor& x) override {
     rg::Tensor h = ln1(x);
     rg::Tensor y = x + attn(h, h, h, {.is_causal = true});
-    return y + down(rg::gelu(up(ln2(y))));
+    return y + (moe ? moe_mlp(*moe, ln2(y), 1.0) : down(rg::gelu(up(ln2(y)))));
   }
 };
 
@@ -91,12 +114,15 @@ struct PlainGPT : rg::nn::Module {
 
 // ---- the parallel model: one pipeline stage, tensor-parallel layers
 
+// With experts: the MoE whole on every tp rank (its input is the same on each), its experts
+// split over the ep group when there is one.
 struct ParallelBlock : rg::nn::Module {
   rg::nn::LayerNorm ln1{kModel}, ln2{kModel};
   par::ParallelSelfAttention attn;
   par::ColumnParallelLinear up;
   par::RowParallelLinear down;
-  ParallelBlock(PlainBlock& plain, par::Communicator& tp)
+  std::shared_ptr<rg::nn::MoE> moe;
+  ParallelBlock(PlainBlock& plain, par::Communicator& tp, par::Communicator* ep)
       : attn(plain.attn, tp, /*causal=*/true), up(plain.up, tp),
         down(plain.down, tp, {.input_is_parallel = true}) {
     ln1.to(rg::kFloat64), ln2.to(rg::kFloat64);
@@ -104,17 +130,23 @@ struct ParallelBlock : rg::nn::Module {
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
-    register_module("up", up);
-    register_module("down", down);
+    if (plain.moe) {
+      moe = ep ? std::make_shared<par::ExpertParallelMoE>(*plain.moe, *ep) : plain.moe;
+      register_module("moe", moe);
+    } else {
+      register_module("up", up);
+      register_module("down", down);
+    }
   }
   rg::Tensor forward(const rg::Tensor& x) override {
     auto body = [this](const std::vector<rg::Tensor>& in) {
       rg::Tensor y = in[0] + attn(ln1(in[0]));
-      return y + down(rg::gelu(up(ln2(y))));
+      return y + (moe ? moe_mlp(*moe, ln2(y), aux_scale) : down(rg::gelu(up(ln2(y)))));
     };
     return recompute ? rg::nn::checkpoint(body, {x}) : body({x});
   }
   bool recompute = false;
+  double aux_scale = 1.0;
 };
 
 // Stage `s` of `p`: blocks [s·kBlocks/p, (s+1)·kBlocks/p), the embeddings on the first,
@@ -128,7 +160,8 @@ struct Stage : rg::nn::Module {
   std::unique_ptr<par::ColumnParallelLinear> head;
   rg::Tensor positions = rg::arange(kSeq, {.dtype = rg::kInt64}).unsqueeze(0);  // cp shards it
 
-  Stage(PlainGPT& plain, int s, int p, par::Communicator& tp) : first(s == 0), last(s == p - 1) {
+  Stage(PlainGPT& plain, int s, int p, par::Communicator& tp, par::Communicator* ep)
+      : first(s == 0), last(s == p - 1) {
     if (first) {
       wte = std::make_unique<par::VocabParallelEmbedding>(plain.wte, tp);
       wpe = std::make_unique<rg::nn::Embedding>(kSeq, kModel);
@@ -140,7 +173,8 @@ struct Stage : rg::nn::Module {
     register_module("blocks", blocks);
     for (int64_t b = s * kBlocks / p; b < (s + 1) * kBlocks / p; ++b)
       blocks->add(std::to_string(b), std::make_shared<ParallelBlock>(
-                                         static_cast<PlainBlock&>((*plain.blocks)[static_cast<size_t>(b)]), tp));
+                                         static_cast<PlainBlock&>((*plain.blocks)[static_cast<size_t>(b)]), tp,
+                                         ep));
     if (last) {
       ln_f = std::make_unique<rg::nn::LayerNorm>(kModel);
       ln_f->to(rg::kFloat64);
@@ -196,16 +230,32 @@ std::pair<std::vector<double>, rg::NamedTensors> reference_run() {
 
 void run(int dp, int pp, int cp, int tp, bool recompute, const std::vector<double>& want_losses,
          const rg::NamedTensors& want_state, par::Communicator& world) {
+  const int ep = experts ? dp : 1;  // with experts: split over the data-parallel ranks
   const std::string name = "dp" + std::to_string(dp) + " pp" + std::to_string(pp) + " cp" +
-                           std::to_string(cp) + " tp" + std::to_string(tp) + (recompute ? " recompute" : "");
+                           std::to_string(cp) + " tp" + std::to_string(tp) +
+                           (experts ? " ep" + std::to_string(ep) : "") + (recompute ? " recompute" : "");
   par::DeviceMesh mesh(world, {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
+  // The same ranks as (edp, ep, pp, cp, tp): an ep group splits the experts, the (edp, cp)
+  // ranks hold the same ones.
+  par::DeviceMesh experts_mesh(world, {{"edp", dp / ep}, {"ep", ep}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
+  par::Communicator* ep_group = ep > 1 ? &experts_mesh.group("ep") : nullptr;
+  par::Communicator* expert_dp = dp / ep * cp > 1 ? &experts_mesh.group({"edp", "cp"}) : nullptr;
   par::Communicator& tp_group = mesh.group("tp");
   par::Communicator& pp_group = mesh.group("pp");
   par::Communicator& cp_group = mesh.group("cp");
   par::Communicator& data_group = mesh.group({"dp", "cp"});  // the gradient is averaged here
   auto plain = make_plain();
-  Stage stage(*plain, mesh.rank("pp"), pp, tp_group);
-  for (size_t b = 0; b < stage.blocks->size(); ++b) static_cast<ParallelBlock&>((*stage.blocks)[b]).recompute = recompute;
+  Stage stage(*plain, mesh.rank("pp"), pp, tp_group, ep_group);
+  for (size_t b = 0; b < stage.blocks->size(); ++b) {
+    auto& block = static_cast<ParallelBlock&>((*stage.blocks)[b]);
+    block.recompute = recompute;
+    block.aux_scale = 0.5;  // the pipeline's 2 micro-batches: each loss is halved
+    if (block.moe && cp > 1)  // a sequence's tokens on the cp ranks: its statistics summed
+      block.moe->group_sum = [&cp_group](const rg::Tensor& t) { return par::sum_over_ranks(t, cp_group); };
+  }
+  std::vector<rg::Tensor> dense, expert_params;
+  for (auto& [pname, t] : stage.named_parameters())
+    (pname.find(".moe.experts.") != std::string::npos ? expert_params : dense).push_back(t);
   rg::optim::AdamW opt(stage.parameters(), {.lr = 1e-2});
   par::Pipeline pipe(stage, pp_group, {.micro_batches = 2});
   auto loss_fn = [&](const rg::Tensor& logits, const rg::Tensor& targets) {
@@ -224,7 +274,8 @@ void run(int dp, int pp, int cp, int tp, bool recompute, const std::vector<doubl
                                           /*seq_dims=*/{1}, {.causal = true});
       loss = pipe.forward_backward(tokens, targets, loss_fn);
     }
-    par::all_reduce_grads(stage.parameters(), data_group, par::Reduce::Avg);  // the mean over every token
+    par::all_reduce_grads(dense, data_group, par::Reduce::Avg);  // the mean over every token
+    par::reduce_expert_grads(expert_params, expert_dp, data_group.size());  // experts: their replicas'
     opt.step();
     rg::Tensor l = rg::full({1}, loss, {.dtype = rg::kFloat64});
     data_group.all_reduce(l, par::Reduce::Avg);
@@ -256,15 +307,18 @@ int main(int argc, char** argv) {
   rank = world.rank();
   N = world.size();
   return par::main_guard(world, [&] {
-    auto [losses, state] = reference_run();
     int configs = 0;
-    for (int dp : {1, 2})
-      for (int pp : {1, 2})
-        for (int cp : {1, 2})
-          for (int tp : {1, 2})
-            if (dp * pp * cp * tp == N)
-              for (bool recompute : {false, true})
-                run(dp, pp, cp, tp, recompute, losses, state, world.communicator()), ++configs;
+    for (bool with_experts : {false, true}) {
+      experts = with_experts;
+      auto [losses, state] = reference_run();
+      for (int dp : {1, 2})
+        for (int pp : {1, 2})
+          for (int cp : {1, 2})
+            for (int tp : {1, 2})
+              if (dp * pp * cp * tp == N)
+                for (bool recompute : {false, true})
+                  run(dp, pp, cp, tp, recompute, losses, state, world.communicator()), ++configs;
+    }
     check(configs > 0, "at least one (dp, pp, cp, tp) multiplies to the world size");
     return mpi_test::report(rank, N);
   });
