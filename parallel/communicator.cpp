@@ -129,6 +129,12 @@ WorkHandle Communicator::all_gather_async(Tensor& out, const Tensor& in) {
   return do_all_gather_async(out, in);
 }
 
+Communicator::Exchange Communicator::exchange_of(std::vector<int64_t> counts) {
+  std::vector<int64_t> offset(counts.size(), 0);
+  for (size_t r = 1; r < counts.size(); ++r) offset[r] = offset[r - 1] + counts[r - 1];
+  return {std::move(counts), std::move(offset)};
+}
+
 // An all-to-all's buffers, either form: defined, one dtype on one device, out contiguous.
 void Communicator::check_exchange(const Tensor& in, const Tensor& out) const {
   const char* op = "all_to_all";
@@ -146,8 +152,8 @@ WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in) {
            "expected in and out of one size, divisible into ", size(),
            " chunks (one per rank), got ", in.describe(), " and ", out.describe());
   count_wire_bytes(Collective::AllToAll, double(size() - 1) / size(), in);
-  std::vector<int64_t> counts(static_cast<size_t>(size()), in.numel() / size());
-  return do_all_to_all_async(out, in, counts, counts);
+  const Exchange chunks = exchange_of(std::vector<int64_t>(size_t(size()), in.numel() / size()));
+  return do_all_to_all_async(out, in, chunks, chunks);
 }
 
 WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in,
@@ -181,7 +187,8 @@ WorkHandle Communicator::all_to_all_async(Tensor& out, const Tensor& in,
   // What leaves this rank: every row but those it keeps.
   count_wire_bytes(Collective::AllToAll, (sent - send_rows[size_t(rank())]) * row *
                                             int64_t(element_size(in.dtype())));
-  return do_all_to_all_async(out, in.contiguous(), send, recv);
+  return do_all_to_all_async(out, in.contiguous(), exchange_of(std::move(send)),
+                             exchange_of(std::move(recv)));
 }
 
 Tensor Communicator::reduce_scatter(const Tensor& t, Reduce op) {
@@ -283,8 +290,8 @@ class SingleCommunicator : public Communicator {
     out.copy_(in.reshape(out.shape()));
     return completed();
   }
-  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const std::vector<int64_t>&,
-                                 const std::vector<int64_t>&) override {
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const Exchange&,
+                                 const Exchange&) override {
     out.copy_(in.reshape(out.shape()));
     return completed();
   }

@@ -105,8 +105,9 @@ class Communicator {
   // Bytes this rank has put on the wire through this communicator, counted as ring
   // algorithms send them: all_reduce 2(N−1)/N of the tensor, all_gather (N−1) × its
   // input, reduce_scatter, all_to_all, broadcast and reduce (N−1)/N of theirs, send all
-  // of it; all_to_all with counts the rows it sends to other ranks. A model of the traffic (MPI and NCCL may choose other algorithms), the same
-  // on every backend: what benchmarks compare between methods.
+  // of it; all_to_all with counts the rows it sends to other ranks. A model of the traffic
+  // (MPI and NCCL may choose other algorithms), the same on every backend: what benchmarks
+  // compare between methods.
   int64_t wire_bytes() const { return wire_bytes_.load(); }
   // The same by kind of operation, and how many operations of that kind went on the wire
   // (with more than one rank; a model of a step's time needs both: each operation's
@@ -166,11 +167,15 @@ class Communicator {
   virtual WorkHandle do_reduce_async(Tensor& t, int root, Reduce op) = 0;
   virtual WorkHandle do_all_gather_async(Tensor& out, const Tensor& in) = 0;
   virtual WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) = 0;
-  // send[j] elements of `in` (contiguous) to rank j, recv[i] from rank i into `out`, both
-  // in rank order (the equal-chunk form passes equal counts).
-  virtual WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in,
-                                         const std::vector<int64_t>& send,
-                                         const std::vector<int64_t>& recv) = 0;
+  // An all-to-all's layout in one buffer, in elements, one entry per rank in rank order:
+  // how many go to (come from) that rank, and where they start.
+  struct Exchange {
+    std::vector<int64_t> count, offset;
+  };
+  // send.count[j] elements of `in` (contiguous) from send.offset[j] to rank j, recv.count[i]
+  // from rank i into `out` at recv.offset[i] (the equal-chunk form passes equal counts).
+  virtual WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const Exchange& send,
+                                         const Exchange& recv) = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
   virtual WorkHandle do_send_async(const Tensor& t, int dst, int tag) = 0;
   virtual WorkHandle do_recv_async(Tensor& t, int src, int tag) = 0;
@@ -183,6 +188,8 @@ class Communicator {
   void check_chunks(const Tensor& whole, const Tensor& part, const Tensor& out,
                     const char* op) const;
   void check_exchange(const Tensor& in, const Tensor& out) const;
+  // The layout of counts[r] elements for each rank r, one after another.
+  static Exchange exchange_of(std::vector<int64_t> counts);
   // wire_bytes (in all, and of `kind`) += fraction · t's bytes; one more operation of `kind`.
   void count_wire_bytes(Collective kind, double fraction, const Tensor& t);
   void count_wire_bytes(Collective kind, int64_t bytes);

@@ -100,11 +100,11 @@ class DeviceRouter : public Communicator {
   WorkHandle do_reduce_scatter_async(Tensor& out, const Tensor& in, Reduce op) override {
     return route(in).reduce_scatter_async(out, in, op);
   }
-  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const std::vector<int64_t>& send,
-                                 const std::vector<int64_t>& recv) override {
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const Exchange& send,
+                                 const Exchange& recv) override {
     // Counts in elements here; the backend's public form takes rows: one element per row.
     Tensor flat_out = out.reshape({out.numel()});
-    return route(in).all_to_all_async(flat_out, in.reshape({in.numel()}), send, recv);
+    return route(in).all_to_all_async(flat_out, in.reshape({in.numel()}), send.count, recv.count);
   }
   // A group of the router: the host communicator's group, routed the same way;
   // its first CUDA tensor starts an NCCL communicator of the group's ranks.

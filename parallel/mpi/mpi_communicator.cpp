@@ -315,22 +315,14 @@ class MpiCommunicator : public Communicator {
         });
   }
 
-  // Chunk j of `in` to rank j; rank i's chunk into chunk i of `out` (contiguous).
-  // Counts and offsets fit an int: check_tensor refused tensors of more elements.
-  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const std::vector<int64_t>& send,
-                                 const std::vector<int64_t>& recv) override {
+  // send.count[j] elements of `in` to rank j, recv.count[i] from rank i into `out`
+  // (contiguous). Counts and offsets fit an int: check_tensor refused larger tensors.
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const Exchange& send,
+                                 const Exchange& recv) override {
     Tensor src = in.contiguous();
-    const auto n = static_cast<size_t>(size_);
-    std::vector<int> send_counts(n), send_at(n), recv_counts(n), recv_at(n);
-    int64_t send_offset = 0, recv_offset = 0;
-    for (size_t r = 0; r < n; ++r) {
-      send_counts[r] = static_cast<int>(send[r]);
-      recv_counts[r] = static_cast<int>(recv[r]);
-      send_at[r] = static_cast<int>(send_offset);
-      recv_at[r] = static_cast<int>(recv_offset);
-      send_offset += send[r];
-      recv_offset += recv[r];
-    }
+    const auto ints = [](const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); };
+    const std::vector<int> send_counts = ints(send.count), send_at = ints(send.offset),
+                           recv_counts = ints(recv.count), recv_at = ints(recv.offset);
     MPI_Comm comm = thread_state_->comm();
     return enqueue(new_work("all_to_all"), src.nbytes(), -1, [=] {
       MPI_Datatype type = mpi_type(src.dtype());
