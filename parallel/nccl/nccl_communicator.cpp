@@ -68,9 +68,9 @@
 #include <vector>
 
 #include "ringgrad/core/cuda/common.cuh"  // RG_CUDA_CHECK, cuda::compute_stream()
-#include "ringgrad/core/dtype_table.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/parallel/nccl/group.h"
+#include "ringgrad/parallel/nccl/translate.h"  // dtypes, reductions, errors; RG_NCCL
 
 namespace ringgrad::parallel {
 
@@ -78,56 +78,9 @@ bool nccl_is_built() { return true; }
 
 namespace {
 
-// ---- errors ----
-
-// An NCCL return code other than ncclSuccess, as an Error naming our operation,
-// the NCCL call, NCCL's explanation and where:
-//   "[all_reduce] ncclAllReduce failed: invalid argument (…) (parallel/nccl/….cpp:312)"
-[[noreturn]] void throw_nccl(const char* op, ncclResult_t code, const char* call, const char* file,
-                             int line, const std::string& hint = "") {
-  std::string where = file;  // from parallel/ on: short, and the same on every machine
-  if (size_t at = where.rfind("parallel/"); at != std::string::npos) where = where.substr(at);
-  const char* last = ncclGetLastError(nullptr);  // NCCL's own account, when it has one
-  std::string details = last && *last ? std::string(" (") + last + ")" : std::string();
-  throw Error(detail::concat("[", op, "] ", call, " failed: ", ncclGetErrorString(code), details,
-                             " (", where, ":", line, ")", hint));
-}
-#define RG_NCCL(op, fn, ...)                                                                  \
-  do {                                                                                        \
-    ncclResult_t rg_nccl_code_ = fn(__VA_ARGS__);                                             \
-    if (rg_nccl_code_ != ncclSuccess) throw_nccl(op, rg_nccl_code_, #fn, __FILE__, __LINE__); \
-  } while (0)
-
-// ---- dtypes and reductions ----
-
-// Booleans travel as bytes 0 or 1. bfloat16 and float16 are NCCL's own: its kernels
-// add them in float32 and round at every step of the ring (or tree), as our MPI path does.
-const DTypeTable<ncclDataType_t>& nccl_types() {
-  static const DTypeTable<ncclDataType_t> table("NCCL", {{kFloat32, ncclFloat32},
-                                                         {kFloat64, ncclFloat64},
-                                                         {kInt64, ncclInt64},
-                                                         {kBool, ncclUint8},
-                                                         {kBFloat16, ncclBfloat16},
-                                                         {kFloat16, ncclFloat16}});
-  return table;
-}
-ncclDataType_t nccl_type(DType t) { return nccl_types()(t); }
-
-// Avg is NCCL's own (ncclAvg: the sum divided by the number of ranks, on the
-// GPU). Booleans are bytes 0/1: their "sum" and "max" are both OR, as in the
-// MPI backend.
-ncclRedOp_t nccl_op(Reduce op, DType t) {
-  if (t == DType::Bool) return ncclMax;
-  switch (op) {
-    case Reduce::Sum:
-      return ncclSum;
-    case Reduce::Avg:
-      return ncclAvg;
-    case Reduce::Max:
-      return ncclMax;
-  }
-  return ncclSum;
-}
+using nccl_detail::nccl_op;
+using nccl_detail::nccl_type;
+using nccl_detail::throw_nccl;
 
 size_t count(const Tensor& t) { return static_cast<size_t>(t.numel()); }
 
@@ -683,31 +636,28 @@ class NcclCommunicator : public Communicator {
     });
   }
 
-  // send[j] elements of `in` to rank j, recv[i] from rank i into `out`, in rank order: one
+  // send.count[j] elements of `in` to rank j, recv.count[i] from rank i into `out`: one
   // grouped send and receive per peer (NCCL has no all-to-all call of its own).
-  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const std::vector<int64_t>& send,
-                                 const std::vector<int64_t>& recv) override {
+  WorkHandle do_all_to_all_async(Tensor& out, const Tensor& in, const Exchange& send,
+                                 const Exchange& recv) override {
     Tensor src = in.contiguous();
     return launch("all_to_all", {src, out}, [&](ncclComm_t comm, cudaStream_t stream) {
       const size_t element = element_size(src.dtype());
       const ncclDataType_t type = nccl_type(src.dtype());
+      const char* from = static_cast<const char*>(src.raw_data());
+      char* into = static_cast<char*>(out.raw_data());
       nccl_detail::in_group(  // ended even when a call in it fails (group.h)
           ncclSuccess, &ncclGroupStart, &ncclGroupEnd,
           [&](auto note) {
-            size_t send_at = 0, recv_at = 0;
-            for (int peer = 0; peer < size(); ++peer) {
-              const auto to = static_cast<size_t>(send[size_t(peer)]);
-              const auto from = static_cast<size_t>(recv[size_t(peer)]);
-              if (to > 0)
-                note(ncclSend(static_cast<const char*>(src.raw_data()) + send_at * element, to,
-                              type, peer, comm, stream),
+            for (size_t peer = 0; peer < size_t(size()); ++peer) {
+              if (send.count[peer] > 0)
+                note(ncclSend(from + send.offset[peer] * element, size_t(send.count[peer]), type,
+                              int(peer), comm, stream),
                      "ncclSend");
-              if (from > 0)
-                note(ncclRecv(static_cast<char*>(out.raw_data()) + recv_at * element, from, type,
-                              peer, comm, stream),
+              if (recv.count[peer] > 0)
+                note(ncclRecv(into + recv.offset[peer] * element, size_t(recv.count[peer]), type,
+                              int(peer), comm, stream),
                      "ncclRecv");
-              send_at += to;
-              recv_at += from;
             }
           },
           [](ncclResult_t code, const char* call) {
