@@ -249,9 +249,10 @@ MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
     {
       NoGradGuard no_grad;
       counts = group_sum(counts);
-      group_tokens = group_sum(scalar_tensor(group_tokens, {.dtype = kFloat64})).item();
     }
     score_sum = group_sum(score_sum);
+    // Every token of a group made k choices: the group's tokens on every rank, from the sums.
+    group_tokens = counts[0].sum().item() / double(k);
   }
   const Tensor fraction = (counts / (group_tokens * double(k))).to(scores.dtype());  // f
   const Tensor mean_score = score_sum / group_tokens;                                // P
