@@ -151,22 +151,13 @@ Tensor ExpertParallelMoE::run_experts(const Tensor& rows,
 void reduce_expert_grads(const std::vector<Tensor>& expert_params, Communicator* expert_dp,
                          int dp_size) {
   RG_CHECK(dp_size >= 1, "reduce_expert_grads", "expected dp_size >= 1, got ", dp_size);
-  const bool replicas = expert_dp && expert_dp->size() > 1;
   NoGradGuard no_grad;
-  // Which experts' parameters got a gradient on any replica: an expert no token chose here
-  // may have been chosen there (this rank then joins the sum with zeros); one no replica's
-  // tokens chose keeps no gradient, as in one process.
-  std::vector<int64_t> used_here;
-  for (const Tensor& p : expert_params) used_here.push_back(p.grad().defined() ? 1 : 0);
-  Tensor used = from_vector<int64_t>(used_here, {int64_t(used_here.size())});
-  if (replicas && used.numel() > 0) expert_dp->all_reduce(used, Reduce::Max);
-  const std::vector<int64_t> used_anywhere = used.tolist<int64_t>();
-  for (size_t i = 0; i < expert_params.size(); ++i) {
-    if (!used_anywhere[i]) continue;
-    Tensor p = expert_params[i];
-    if (!p.grad().defined()) p.set_grad(zeros_like(p));
+  // Every expert a rank holds runs in every forward (nn::MoE::run_experts), on no rows if
+  // none came: replicas hold gradients for the same experts, and the sums pair up.
+  for (const Tensor& p : expert_params) {
     Tensor g = p.grad();
-    if (replicas) expert_dp->all_reduce(g, Reduce::Sum);
+    if (!g.defined()) continue;
+    if (expert_dp && expert_dp->size() > 1) expert_dp->all_reduce(g, Reduce::Sum);
     g.mul_(1.0 / dp_size);
   }
 }

@@ -83,8 +83,8 @@ class ExpertParallelMoE : public nn::MoE {
 
 // The experts' gradients as data parallelism over dp_size ranks wants them: summed over
 // `expert_dp` (the ranks holding the same experts; nullptr when there are none) and divided
-// by dp_size (a collective over expert_dp). An expert that no replica's tokens chose keeps
-// no gradient; one chosen on some replica gets the sum on all of them.
+// by dp_size (a collective over expert_dp). Each replica holds gradients for the same
+// experts: every expert held runs in every forward, on no rows if no token chose it.
 void reduce_expert_grads(const std::vector<Tensor>& expert_params, Communicator* expert_dp,
                          int dp_size);
 
