@@ -318,11 +318,11 @@ struct Trainer {
     }
     std::map<std::string, size_t> index_of;  // this rank's parameters
     for (const auto& [name, p] : model.named_parameters()) index_of.emplace(name, index_of.size());
-    const rg::NamedTensors whole = with_every_expert(model.state_dict());  // (the whole model's order)
+    const std::vector<std::string> whole = whole_parameter_names();
     const int64_t held = model.moes.empty() ? 1 : int64_t(model.moes.front()->experts.size());
     rg::NamedTensors out;
     for (size_t j = 0; j < whole.size(); ++j) {
-      const std::string& name = whole[j].first;
+      const std::string& name = whole[j];
       rg::NamedTensors buffers;
       if (!is_expert(name)) {
         buffers = by_index[index_of.at(name)];  // replicated: held here
@@ -344,6 +344,29 @@ struct Trainer {
       (*meta)["group.0.size"] = std::to_string(whole.size());
     }
     return out;
+  }
+  // The whole model's parameter names in its order (a plain AdamW's numbering): each MoE
+  // block's experts 0..E−1 where this rank holds its share, each with the tensors of this
+  // rank's first expert of the block.
+  std::vector<std::string> whole_parameter_names() const {
+    const rg::NamedTensors local = model.named_parameters();
+    std::vector<std::string> names;
+    std::string block;  // the MoE block whose experts are written: "blocks.3.moe.experts."
+    for (const auto& [name, p] : local) {
+      if (!is_expert(name)) {
+        names.push_back(name);
+        continue;
+      }
+      const size_t at = name.find(".moe.experts.") + 13, dot = name.find('.', at);
+      if (name.substr(0, at) == block) continue;  // written with the block's first expert
+      block = name.substr(0, at);
+      const std::string first = name.substr(0, dot + 1);  // "blocks.3.moe.experts.2."
+      const int64_t experts = model.moes.front()->options().num_experts;
+      for (int64_t e = 0; e < experts; ++e)
+        for (const auto& [other, q] : local)
+          if (other.rfind(first, 0) == 0) names.push_back(block + std::to_string(e) + "." + other.substr(first.size()));
+    }
+    return names;
   }
   static rg::Tensor held_buffer(const rg::NamedTensors& buffers, const std::string& name) {
     for (const auto& [n, t] : buffers)
