@@ -11,7 +11,7 @@
 // rounds before and after the attention cases). efficiency = gflops / gemm_gflops.
 // Every rate is the best of a few rounds (the machine is shared). --heads H sets H: at
 // T = 512 the default 64 heads (32 MiB of operands) are read from memory, two stay in
-// the cache — the kernel alone (docs/performance.md, section 8).
+// the cache — the kernel alone (docs/performance/attention.md, section 8).
 //
 // Then, in the same sitting, the same shapes through PyTorch: torch_attention.py
 // (torch.nn.functional.scaled_dot_product_attention on CPU, forward + backward through
