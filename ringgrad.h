@@ -6,6 +6,7 @@
 
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/autograd/gradcheck.h"
+#include "ringgrad/autograd/split_backward.h"
 #include "ringgrad/core/attention.h"
 #include "ringgrad/core/autocast.h"
 #include "ringgrad/core/device.h"

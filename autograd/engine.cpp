@@ -19,9 +19,11 @@
 #include <functional>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/autograd/node.h"
+#include "ringgrad/autograd/split_backward.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/ops.h"
 #include "ringgrad/core/trace.h"
@@ -96,52 +98,25 @@ void queue_callback(std::function<void()> fn) {
 
 namespace {
 
-// The pass itself. With `stop`, a node for which stop(node) holds is not run: the
-// gradient that reaches it is kept in `captured` instead, and the walk does not go past
-// it (how checkpoint's recomputation hands the gradients for the tensors it read from
-// outside back to the backward that called it).
-void backward_pass(const Tensor& root, const Tensor& gradient, bool retain_graph,
-                   const std::function<bool(const Node&)>* stop,
-                   std::unordered_map<Node*, Tensor>* captured) {
-  RG_CHECK(root.requires_grad(), "backward", "expected a tensor that requires grad, got ",
-           root.describe(),
-           " with no graph (did an input have requires_grad=true? was it made under NoGradGuard?)");
-  Tensor grad;
-  if (gradient.defined()) {
-    RG_CHECK(gradient.shape() == root.shape(), "backward", "expected a gradient of shape ",
-             shape_str(root.shape()), ", got ", shape_str(gradient.shape()));
-    RG_CHECK(gradient.dtype() == root.dtype() && gradient.device() == root.device(), "backward",
-             "expected a gradient of ", root.dtype(), " on ", root.device(), ", got ",
-             gradient.describe());
-    grad = gradient.detach();
-  } else {
-    RG_CHECK(root.numel() == 1, "backward",
-             "expected a scalar output (or an explicit gradient), got shape ",
-             shape_str(root.shape()), ": call backward(gradient) or reduce it first, e.g. .sum()");
-    grad = ones_like(root);
-  }
+using Ready = std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, LaterFirst>;
+using Masks = std::unordered_map<Node*, std::vector<bool>>;
 
-  // One slice for the whole pass, the hooks' callbacks included (DDP waits there).
-  trace::Span pass("backward", "backward");
-  NoGradGuard no_grad;  // backward computes plain numbers; it records nothing
-  std::vector<std::function<void()>> callbacks;
-  auto* outer_callbacks = pending_callbacks;  // a hook may itself call backward
-  pending_callbacks = &callbacks;
-  struct Restore {
-    std::vector<std::function<void()>>* saved;
-    ~Restore() { pending_callbacks = saved; }
-  } restore{outer_callbacks};
-  std::shared_ptr<Node> start = gradient_edge(root).node;
-  if (stop && (*stop)(*start)) {  // the root itself lies on the boundary: nothing to run
-    (*captured)[start.get()] = grad;
-    return;
-  }
-  std::unordered_map<Node*, int> deps = count_dependencies(start, stop);
-  std::unordered_map<Node*, Tensor> buffers;
-  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, LaterFirst> ready;
-  buffers[start.get()] = grad;
-  ready.push(start);
+// What a split backward's first part (B) needs: the nodes on a path to an input, and
+// what it leaves for later.
+struct Split {
+  std::unordered_set<Node*> needed;
+  std::vector<DeferredBackward::Item>* deferred;
+  std::vector<DeferredBackward::Delivered>* delivered;
+};
 
+// One run over part of the graph: nodes become ready when every edge into them that this
+// run follows has delivered. `split`: B (only needed nodes, asked only for needed
+// inputs; the rest of each kept in split->deferred). `masks`: W (the kept nodes, asked
+// only for the inputs B left). Neither: backward() (with `stop`: run_backward_until).
+void drain(Ready& ready, std::unordered_map<Node*, Tensor>& buffers,
+           std::unordered_map<Node*, int>& deps, bool retain_graph,
+           const std::function<bool(const Node&)>* stop,
+           std::unordered_map<Node*, Tensor>* captured, Split* split, const Masks* masks) {
   while (!ready.empty()) {
     std::shared_ptr<Node> node = ready.top();
     ready.pop();
@@ -154,23 +129,59 @@ void backward_pass(const Tensor& root, const Tensor& gradient, bool retain_graph
       if (g.defined()) (*captured)[node.get()] = std::move(g);
       continue;
     }
+    // Which inputs this run asks the node for (empty: all of them).
+    std::vector<bool> mask;
+    bool keep = false;  // part of it waits for W: its saved tensors stay
+    const bool whole = split && !node->splits();  // B runs it whole, hands W its share
+    if (split && !whole) {
+      mask.resize(node->next.size());
+      std::vector<bool> rest(node->next.size());
+      bool any_rest = false;
+      for (size_t i = 0; i < node->next.size(); ++i) {
+        Node* n = node->next[i].node.get();
+        mask[i] = n && split->needed.count(n);
+        rest[i] = n && !mask[i];
+        any_rest = any_rest || rest[i];
+      }
+      if (any_rest && g.defined()) {
+        split->deferred->push_back({node, g, std::move(rest)});
+        keep = true;
+      }
+    } else if (masks) {
+      if (auto it = masks->find(node.get()); it != masks->end()) mask = it->second;
+    }
     // A node that received no gradient at all (every path into it was cut) is
     // skipped, but still releases its children's dependency counts.
     Grads grads;
     {
       trace::Span span(node->name, "backward");
       // A one-input node whose input already has a partial sum may add into it.
-      auto sum = node->next.size() == 1 && node->next[0].node
+      auto sum = node->next.size() == 1 && node->next[0].node && (mask.empty() || mask[0])
                      ? buffers.find(node->next[0].node.get())
                      : buffers.end();
       const bool added = g.defined() && sum != buffers.end() && owned_alone(sum->second) &&
                          node->add_into(g, sum->second);
-      if (!added) grads = g.defined() ? node->apply(std::move(g)) : Grads(node->next.size());
-      if (!retain_graph) node->release();
+      if (!added) {  // (added: it is in the sum already, nothing to hand on)
+        if (!g.defined())
+          grads = Grads(node->next.size());
+        else if (mask.empty())
+          grads = node->apply(std::move(g));
+        else
+          grads = node->apply_some(std::move(g), mask);
+      }
+      if (!retain_graph && !keep) node->release();
     }
     for (size_t i = 0; i < node->next.size(); ++i) {
       const std::shared_ptr<Node>& next = node->next[i].node;
       if (!next) continue;
+      if (whole && !split->needed.count(next.get())) {  // W's node: the gradient waits for it
+        if (i < grads.size() && grads[i].defined()) {
+          check_gradient(*node, i, grads[i]);
+          split->delivered->push_back({next, std::move(grads[i])});
+        }
+        continue;
+      }
+      if (!mask.empty() && !mask[i]) continue;  // not this run's edge
       if (i < grads.size() && grads[i].defined()) {
         check_gradient(*node, i, grads[i]);
         accumulate(buffers[next.get()], std::move(grads[i]));
@@ -178,8 +189,89 @@ void backward_pass(const Tensor& root, const Tensor& gradient, bool retain_graph
       if (--deps[next.get()] == 0) ready.push(next);
     }
   }
-  // Every node has run: now the callbacks hooks queued (they may queue more).
-  for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
+}
+
+// The gradient backward starts from: `gradient`, or 1 for a scalar root.
+Tensor initial_gradient(const Tensor& root, const Tensor& gradient) {
+  RG_CHECK(root.requires_grad(), "backward", "expected a tensor that requires grad, got ",
+           root.describe(),
+           " with no graph (did an input have requires_grad=true? was it made under NoGradGuard?)");
+  if (gradient.defined()) {
+    RG_CHECK(gradient.shape() == root.shape(), "backward", "expected a gradient of shape ",
+             shape_str(root.shape()), ", got ", shape_str(gradient.shape()));
+    RG_CHECK(gradient.dtype() == root.dtype() && gradient.device() == root.device(), "backward",
+             "expected a gradient of ", root.dtype(), " on ", root.device(), ", got ",
+             gradient.describe());
+    return gradient.detach();
+  }
+  RG_CHECK(root.numel() == 1, "backward",
+           "expected a scalar output (or an explicit gradient), got shape ",
+           shape_str(root.shape()), ": call backward(gradient) or reduce it first, e.g. .sum()");
+  return ones_like(root);
+}
+
+// Hooks' queue_callback()s during one part of a backward, run at its end (they may
+// queue more); the queue of a backward this one runs inside is restored after.
+struct CallbackScope {
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>* outer = pending_callbacks;
+  CallbackScope() { pending_callbacks = &callbacks; }
+  ~CallbackScope() { pending_callbacks = outer; }
+  void run() {
+    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
+  }
+};
+
+// The pass itself. With `stop`, a node for which stop(node) holds is not run: the
+// gradient that reaches it is kept in `captured` instead, and the walk does not go past
+// it (how checkpoint's recomputation hands the gradients for the tensors it read from
+// outside back to the backward that called it).
+void backward_pass(const Tensor& root, const Tensor& gradient, bool retain_graph,
+                   const std::function<bool(const Node&)>* stop,
+                   std::unordered_map<Node*, Tensor>* captured) {
+  Tensor grad = initial_gradient(root, gradient);
+  // One slice for the whole pass, the hooks' callbacks included (DDP waits there).
+  trace::Span pass("backward", "backward");
+  NoGradGuard no_grad;  // backward computes plain numbers; it records nothing
+  CallbackScope scope;
+  std::shared_ptr<Node> start = gradient_edge(root).node;
+  if (stop && (*stop)(*start)) {  // the root itself lies on the boundary: nothing to run
+    (*captured)[start.get()] = grad;
+    return;
+  }
+  std::unordered_map<Node*, int> deps = count_dependencies(start, stop);
+  std::unordered_map<Node*, Tensor> buffers;
+  Ready ready;
+  buffers[start.get()] = grad;
+  ready.push(start);
+  drain(ready, buffers, deps, retain_graph, stop, captured, nullptr, nullptr);
+  // Every node has run: now the callbacks hooks queued.
+  scope.run();
+}
+
+// The nodes reachable from `start` that lie on a path to one of `targets`.
+std::unordered_set<Node*> on_paths_to(Node* start, const std::unordered_set<Node*>& targets) {
+  std::vector<Node*> order;  // children before parents
+  std::unordered_set<Node*> visited{start};
+  std::vector<std::pair<Node*, size_t>> stack{{start, 0}};
+  while (!stack.empty()) {
+    Node* n = stack.back().first;
+    size_t i = stack.back().second++;
+    if (i < n->next.size()) {
+      Node* c = n->next[i].node.get();
+      if (c && visited.insert(c).second) stack.push_back({c, 0});
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  std::unordered_set<Node*> needed;
+  for (Node* n : order) {
+    bool on = targets.count(n) > 0;
+    for (const Edge& e : n->next) on = on || (e.node && needed.count(e.node.get()));
+    if (on) needed.insert(n);
+  }
+  return needed;
 }
 
 }  // namespace
@@ -193,6 +285,95 @@ std::unordered_map<Node*, Tensor> run_backward_until(const Tensor& root, const T
   std::unordered_map<Node*, Tensor> captured;
   backward_pass(root, gradient, /*retain_graph=*/false, &stop, &captured);
   return captured;
+}
+
+DeferredBackward backward_inputs_first(const Tensor& root, const Tensor& gradient,
+                                       const std::vector<Tensor>& inputs) {
+  Tensor grad = initial_gradient(root, gradient);
+  std::unordered_set<Node*> targets;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    RG_CHECK(x.defined() && x.requires_grad() && !x.impl().grad_fn, "backward_inputs_first",
+             "expected inputs that are leaves requiring grad (what a pipeline stage received, "
+             "with requires_grad_(true)), got input ", i, ": ",
+             x.defined() ? x.describe() + (x.impl().grad_fn ? " made by an op" : "") : "none");
+    targets.insert(gradient_edge(x).node.get());
+  }
+  DeferredBackward later;
+  trace::Span pass("backward (inputs)", "backward");
+  NoGradGuard no_grad;
+  CallbackScope scope;
+  std::shared_ptr<Node> start = gradient_edge(root).node;
+  Split split{on_paths_to(start.get(), targets), &later.items_, &later.delivered_};
+  if (!split.needed.count(start.get())) {  // no input below the root: all of it is W's
+    std::vector<bool> all(start->next.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = start->next[i].node != nullptr;
+    later.items_.push_back({start, grad, std::move(all)});
+    return later;
+  }
+  std::unordered_map<Node*, int> deps;
+  for (Node* n : split.needed)
+    for (const Edge& e : n->next)
+      if (e.node && split.needed.count(e.node.get())) ++deps[e.node.get()];
+  std::unordered_map<Node*, Tensor> buffers;
+  Ready ready;
+  buffers[start.get()] = grad;
+  ready.push(start);
+  drain(ready, buffers, deps, /*retain_graph=*/false, nullptr, nullptr, &split, nullptr);
+  scope.run();
+  return later;
+}
+
+void DeferredBackward::run() {
+  if (empty()) return;
+  std::vector<Item> items = std::move(items_);
+  std::vector<Delivered> delivered = std::move(delivered_);
+  items_.clear();
+  delivered_.clear();
+  trace::Span pass("backward (weights)", "backward");
+  NoGradGuard no_grad;
+  CallbackScope scope;
+  // Dependencies: the kept nodes' remaining edges, and every edge below them (no node
+  // below a kept node's remaining edges lies on a path to an input).
+  Masks masks;
+  std::unordered_map<Node*, int> deps;
+  std::unordered_map<Node*, Tensor> buffers;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  Ready ready;
+  for (Item& item : items) {
+    for (size_t i = 0; i < item.node->next.size(); ++i) {
+      Node* c = item.node->next[i].node.get();
+      if (!c || !item.needs[i]) continue;
+      ++deps[c];
+      if (seen.insert(c).second) stack.push_back(c);
+    }
+    masks[item.node.get()] = std::move(item.needs);
+    buffers[item.node.get()] = std::move(item.grad);
+    ready.push(std::move(item.node));
+  }
+  for (const Delivered& d : delivered)
+    if (seen.insert(d.node.get()).second) stack.push_back(d.node.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.node) continue;
+      ++deps[e.node.get()];
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+  // What B delivered is there from the start; a node nothing in W feeds is ready at once.
+  for (Delivered& d : delivered) {
+    Node* n = d.node.get();
+    accumulate(buffers[n], std::move(d.grad));
+    if (deps[n] == 0) {
+      deps[n] = -1;  // pushed once
+      ready.push(std::move(d.node));
+    }
+  }
+  drain(ready, buffers, deps, /*retain_graph=*/false, nullptr, nullptr, nullptr, &masks);
+  scope.run();
 }
 
 }  // namespace ringgrad::autograd

@@ -46,13 +46,18 @@ bool ViewScatterNode::add_into(const Tensor& grad, Tensor& sum) {
   return true;
 }
 
-Grads FunctionNode::apply(Tensor grad) {
+Grads Node::apply_some(Tensor grad, const std::vector<bool>&) { return apply(std::move(grad)); }
+
+Grads FunctionNode::apply(Tensor grad) { return apply_some(std::move(grad), std::vector<bool>(next.size(), true)); }
+
+Grads FunctionNode::apply_some(Tensor grad, const std::vector<bool>& wanted) {
   RG_CHECK(backward != nullptr, "backward",
            "expected a graph with its saved tensors, got one already freed by an earlier "
            "backward() through '",
            name, "': pass retain_graph=true to the first backward()");
+  RG_ASSERT(wanted.size() == next.size());
   std::vector<bool> needs(next.size());
-  for (size_t i = 0; i < next.size(); ++i) needs[i] = next[i].node != nullptr;
+  for (size_t i = 0; i < next.size(); ++i) needs[i] = wanted[i] && next[i].node != nullptr;
   Grads grads = backward(grad, needs);
   RG_ASSERT(grads.size() == next.size());
   return grads;

@@ -42,6 +42,15 @@ struct Node {
 
   // grad: gradient w.r.t. this node's output. Returns one gradient per `next` edge.
   virtual Grads apply(Tensor grad) = 0;
+  // apply() for some inputs only: needs[i] false means input i's gradient is not wanted
+  // now (the engine drops it if it comes back anyway). The default runs apply(); a node
+  // that can skip the work (a GEMM per input) overrides it. The split backward
+  // (split_backward.h) computes input and weight gradients in two calls of it.
+  virtual Grads apply_some(Tensor grad, const std::vector<bool>& needs);
+  // Whether apply_some computes only what it is asked for, so that a node run in two
+  // calls does each input's work once. A node that does not (checkpoint's recomputation
+  // accumulates into leaves as it goes) runs whole in a split backward's first part.
+  virtual bool splits() const { return false; }
   // For a node with one input: add its gradient for that input into `sum`, the input's
   // gradient so far (contiguous, owned by the engine alone), in place, where that costs
   // less than apply() and an add. False: not done (the engine calls apply()).
@@ -55,6 +64,8 @@ struct FunctionNode : Node {
   using BackwardFn = std::function<Grads(const Tensor& grad, const std::vector<bool>& needs)>;
   FunctionNode(const char* name, BackwardFn fn) : Node(name), backward(std::move(fn)) {}
   Grads apply(Tensor grad) override;
+  Grads apply_some(Tensor grad, const std::vector<bool>& needs) override;
+  bool splits() const override { return true; }
   void release() override { backward = nullptr; }
   BackwardFn backward;
 };

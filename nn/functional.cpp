@@ -62,10 +62,18 @@ Tensor linear_impl(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
     autograd::record(
         op, y, {&x, &weight, &bias},
         [x = x.detach(), w = weight.detach(), y_saved = act == Act::relu ? y.detach() : Tensor(),
-         gelu_input, approximate](const Tensor& g_out, const std::vector<bool>& need) {
-          const Tensor g = y_saved.defined()       ? relu_backward(g_out, y_saved)
-                           : gelu_input.defined() ? gelu_backward(g_out, gelu_input, approximate)
-                                                  : g_out;
+         gelu_input, approximate, trains = weight.requires_grad() || (bias.defined() && bias.requires_grad()),
+         act_grad = Tensor()](const Tensor& g_out, const std::vector<bool>& need) mutable {
+          // A split backward (autograd/split_backward.h) asks for dx first (the weights
+          // train, yet need says no), dW and db later: the activation's gradient is
+          // computed once and kept between the two calls.
+          Tensor g = std::move(act_grad);
+          if (!g.defined())
+            g = y_saved.defined()       ? relu_backward(g_out, y_saved)
+                : gelu_input.defined() ? gelu_backward(g_out, gelu_input, approximate)
+                                       : g_out;
+          if (trains && need[0] && !need[1] && !need[2] && (y_saved.defined() || gelu_input.defined()))
+            act_grad = g;
           int64_t out = w.size(0), in = w.size(1);
           Tensor g2 = g.reshape({-1, out}), x2 = x.reshape({-1, in});
           Tensor dx = need[0] ? matmul(g2, w).view(x.shape()) : Tensor();
