@@ -30,7 +30,8 @@
 // --tp and --pp add the mesh's other two axes (dp, pp, cp, tp; tp varying fastest):
 // each pipeline stage (Stage below) holds a contiguous run of blocks, built from the
 // whole GPT with its heads, MLP and vocabulary split over the tp ranks (Megatron's
-// layout); 1F1B over --micro-batches moves activations between stages. Then the
+// layout); 1F1B over --micro-batches moves activations between stages (--schedule
+// gpipe or zb-h1: the other schedules of parallel/pipeline.h, the same gradients). Then the
 // strategy is ddp: the gradient is all-reduced over (dp, cp) after each pipeline step.
 // It is still the same training run (the ctest of every strategy and layout compares
 // the losses at step 20).
@@ -220,6 +221,9 @@ int main(int argc, char** argv) {
   app.add_option("--pp", pp, "pipeline stages (the blocks cut evenly)")->check(CLI::PositiveNumber);
   app.add_option("--micro-batches", micro_batches, "with --pp: micro-batches per step (dividing --batch-size)")
       ->check(CLI::PositiveNumber);
+  std::string schedule_name = "1f1b";
+  app.add_option("--schedule", schedule_name, "with --pp: gpipe | 1f1b | zb-h1 (zero bubble: weight gradients fill the waits)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "zb-h1"}));
   app.add_option("--seq", config.seq, "context length")->check(CLI::PositiveNumber);
   app.add_option("--layers", config.layers, "Transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d-model", config.d_model, "model width")->check(CLI::PositiveNumber);
@@ -297,6 +301,9 @@ int main(int argc, char** argv) {
              config.heads, " and the vocabulary ", config.vocab, ", got ", tp);
     RG_CHECK(pp == 1 || batch % micro_batches == 0, "gpt", "expected --micro-batches to divide --batch-size ",
              batch, ", got ", micro_batches);
+    const par::PipelineSchedule schedule_kind = par::parse_schedule(schedule_name);
+    RG_CHECK(schedule_name == "1f1b" || (!plan.plan_only && !plan.check_plan), "gpt", "expected --plan and --check-plan with --schedule 1f1b (the "
+             "planner's activations and step time are 1F1B's), got --schedule ", schedule_name);
     RG_CHECK(config.d_model % config.heads == 0, "gpt", "expected --heads to divide --d-model ",
              config.d_model, ", got ", config.heads);
     RG_CHECK(cp == 1 || config.seq % (2 * cp) == 0, "gpt", "expected --seq divisible by 2 x --cp = ",
@@ -385,8 +392,8 @@ int main(int argc, char** argv) {
         moe->group_sum = [&cp_group = mesh.group("cp")](const rg::Tensor& t) {
           return par::sum_over_ranks(t, cp_group);
         };
-    Trainer trainer(strategy, model, everyone, lr, groups, pp > 1 ? micro_batches : 1, precision,
-                    comm_hook.hook(), grad_accum);
+    Trainer trainer(strategy, model, everyone, lr, groups, {.micro_batches = pp > 1 ? micro_batches : 1,
+                    .schedule = schedule_kind}, precision, comm_hook.hook(), grad_accum);
     const int64_t per_replica = batch * grad_accum;  // sequences per step on each replica
     rg::optim::WarmupCosine schedule(trainer.optimizer(),
                                      {.warmup_steps = std::max<int64_t>(1, steps / 20),

@@ -18,11 +18,21 @@
 //           keeps the activations of all m micro-batches until backward;
 //   1F1B    after p − 1 − r warm-up forwards, stage r alternates one forward and one
 //           backward, so it keeps at most p − r micro-batches' activations.
-// Both leave the same idle time, the bubble: (p − 1) / (m + p − 1) of a step in
-// theory (the pipeline filling and draining); forward_backward measures each
-// rank's (time spent waiting for a neighbour) and `bubble()` reports it. With
-// tracing on, each micro-batch's forward ("F3") and backward ("B3") is a slice on the
-// compute track, the sends and receives on the comm track.
+//   ZB-H1   1F1B's order, with each backward split in two (autograd/split_backward.h):
+//           B, the input gradient the previous stage waits for, at once; W, the weight
+//           gradients, later: whenever the stage would otherwise wait for a message,
+//           else before a forward that would make p micro-batches held, the rest at the
+//           end. No stage holds more than 1F1B's first stage does (p micro-batches: the
+//           same peak), and the W's fill the waits (Qi et al., "Zero Bubble Pipeline
+//           Parallelism", 2023).
+// GPipe and 1F1B leave the same idle time, the bubble: (p − 1) / (m + p − 1) of a step
+// in theory (the pipeline filling and draining). ZB-H1's W's fill part of it: with F, B
+// and W taking equal times (p − 1)(t_F + t_B − t_W) of idle time, a share of
+// (p − 1) / (3m + p − 1) for m >= p (ideal_bubble runs any schedule on paper and finds
+// exactly these). forward_backward
+// measures each rank's (time spent waiting for a neighbour) and `bubble()` reports it. With tracing on, each micro-batch's forward ("F3"),
+// backward ("B3") and, under ZB-H1, weight gradients ("W3") are slices on the compute
+// track, the sends and receives on the comm track.
 // The loss of each micro-batch is divided by m, so the gradients accumulate to those
 // of the mean over the batch (for a loss that is a mean over equal micro-batches:
 // the whole batch's loss). Every rank must call forward_backward with the same batch
@@ -31,6 +41,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ringgrad/nn/module.h"
@@ -38,7 +49,19 @@
 
 namespace ringgrad::parallel {
 
-enum class PipelineSchedule { GPipe, OneFOneB };
+enum class PipelineSchedule { GPipe, OneFOneB, ZeroBubbleH1 };
+
+// "gpipe", "1f1b", "zb-h1"; and back (a clear error naming the known ones).
+const char* schedule_name(PipelineSchedule schedule);
+PipelineSchedule parse_schedule(const std::string& name);
+
+// The bubble of a schedule on paper: p stages, m micro-batches, every F taking 1, every
+// backward 2 (under ZB-H1 B 1 and W 1; the first stage, which has no input gradient to
+// send, B 0 and W 2), messages arriving at once, the step ending when the last stage
+// ends. Runs the schedule exactly as Pipeline orders it (ZB-H1's W's where the stage
+// would wait, else before its next forward) and returns rank's idle share of the step,
+// or the largest over the ranks (rank < 0). GPipe and 1F1B: (p − 1) / (m + p − 1).
+double ideal_bubble(PipelineSchedule schedule, int64_t p, int64_t m, int64_t rank = -1);
 
 struct PipelineOptions {
   int64_t micro_batches = 4;
@@ -66,14 +89,20 @@ class Pipeline {
   double step_seconds() const { return step_s_; }
   double idle_seconds() const { return idle_s_; }
   double bubble() const { return step_s_ > 0 ? idle_s_ / step_s_ : 0.0; }
-  // (p − 1) / (m + p − 1): the idle share of an ideal pipeline.
+  // The idle share of an ideal pipeline (the largest over the stages): ideal_bubble.
   double theoretical_bubble() const;
+  // The most micro-batches whose activations this stage held at once in the last step
+  // (forwarded, their backward or, under ZB-H1, their W not yet done): GPipe m, 1F1B
+  // min(p − r, m) on stage r, ZB-H1 at most min(p, m) (on the first stage exactly).
+  int64_t max_held() const { return max_held_; }
 
  private:
   struct MicroBatch;  // one micro-batch's tensors on this stage
   void forward(MicroBatch& mb, const Tensor& input, const Tensor& target, const LossFn& loss);
-  void backward(MicroBatch& mb);
-  Tensor receive(const Shape& shape, DType dtype, int src, int tag);
+  void backward(MicroBatch& mb, bool split);
+  void weights(MicroBatch& mb);
+  Tensor receive(const Shape& shape, DType dtype, int src, int tag,
+                 const std::function<bool()>& fill = {});
   Tensor receive_activation(int src, int tag);
   void send_activation(const Tensor& t, int dst, int tag);
 
@@ -82,6 +111,8 @@ class Pipeline {
   PipelineOptions options_;
   std::vector<WorkHandle> sends_;  // in flight until the end of the step
   double step_s_ = 0, idle_s_ = 0;
+  int64_t held_ = 0, max_held_ = 0;
+  std::function<bool()> fill_;  // ZB-H1: run one waiting W (false: none waits)
 };
 
 }  // namespace ringgrad::parallel

@@ -56,7 +56,7 @@ struct Trainer {
   int64_t pipeline_micro_batches = 1;  // --micro-batches under --pp: each one's loss is 1/m
 
   Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr, const Groups& g,
-          int64_t micro_batches, const Precision& p, par::DDPCommHook comm_hook, int64_t accum)
+          par::PipelineOptions pipe, const Precision& p, par::DDPCommHook comm_hook, int64_t accum)
       : strategy(s), model(m), comm(c), precision(p),
         scaler(rg::optim::GradScalerOptions{
             .enabled = p.scaled(),
@@ -70,8 +70,8 @@ struct Trainer {
                "is averaged over the (dp, cp) group after each pipeline step), got ", s);
       groups = &g;
       stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp);
-      pipeline = std::make_unique<par::Pipeline>(*stage, g.pp, par::PipelineOptions{.micro_batches = micro_batches});
-      pipeline_micro_batches = micro_batches;
+      pipeline = std::make_unique<par::Pipeline>(*stage, g.pp, pipe);
+      pipeline_micro_batches = pipe.micro_batches;
       adamw = make(stage->parameters());
       // Counted once: a slice of a split parameter on every tp rank; a parameter every tp
       // rank holds whole on tp rank 0; the tied embedding on the first stage only.

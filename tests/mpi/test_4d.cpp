@@ -11,7 +11,9 @@
 // with those axes (tp varying fastest):
 //   dp  each replica takes 4/dp of the sequences;
 //   pp  the blocks are cut into pp stages (the embeddings on the first, the final norm,
-//       head and loss on the last), 2 micro-batches under 1F1B;
+//       head and loss on the last), 2 micro-batches under 1F1B, and again under ZB-H1
+//       (each backward split into input and weight gradients; the ring's and the tp
+//       all-reduces' backward inside B, DDP-style averaging after W);
 //   cp  each sequence's positions are shared by the cp ranks (zigzag, ring attention);
 //   tp  attention heads, the MLP, the vocabulary of the embedding and of the head
 //       (vocab-parallel cross-entropy) are split across the tp ranks.
@@ -228,12 +230,16 @@ std::pair<std::vector<double>, rg::NamedTensors> reference_run() {
 
 // ---- one (dp, pp, cp, tp) configuration
 
-void run(int dp, int pp, int cp, int tp, bool recompute, const std::vector<double>& want_losses,
-         const rg::NamedTensors& want_state, par::Communicator& world) {
+void run(int dp, int pp, int cp, int tp, bool recompute, par::PipelineSchedule schedule,
+         const std::vector<double>& want_losses, const rg::NamedTensors& want_state,
+         par::Communicator& world) {
   const int ep = experts ? dp : 1;  // with experts: split over the data-parallel ranks
   const std::string name = "dp" + std::to_string(dp) + " pp" + std::to_string(pp) + " cp" +
                            std::to_string(cp) + " tp" + std::to_string(tp) +
-                           (experts ? " ep" + std::to_string(ep) : "") + (recompute ? " recompute" : "");
+                           (experts ? " ep" + std::to_string(ep) : "") + (recompute ? " recompute" : "") +
+                           (schedule != par::PipelineSchedule::OneFOneB
+                                ? std::string(" ") + par::schedule_name(schedule)
+                                : std::string());
   par::DeviceMesh mesh(world, {{"dp", dp}, {"pp", pp}, {"cp", cp}, {"tp", tp}});
   // The same ranks as (edp, ep, pp, cp, tp): an ep group splits the experts, the (edp, cp)
   // ranks hold the same ones.
@@ -257,7 +263,7 @@ void run(int dp, int pp, int cp, int tp, bool recompute, const std::vector<doubl
   for (auto& [pname, t] : stage.named_parameters())
     (pname.find(".moe.experts.") != std::string::npos ? expert_params : dense).push_back(t);
   rg::optim::AdamW opt(stage.parameters(), {.lr = 1e-2});
-  par::Pipeline pipe(stage, pp_group, {.micro_batches = 2});
+  par::Pipeline pipe(stage, pp_group, {.micro_batches = 2, .schedule = schedule});
   auto loss_fn = [&](const rg::Tensor& logits, const rg::Tensor& targets) {
     return par::vocab_parallel_cross_entropy(logits, targets, tp_group);
   };
@@ -317,7 +323,9 @@ int main(int argc, char** argv) {
             for (int tp : {1, 2})
               if (dp * pp * cp * tp == N)
                 for (bool recompute : {false, true})
-                  run(dp, pp, cp, tp, recompute, losses, state, world.communicator()), ++configs;
+                  for (auto schedule : {par::PipelineSchedule::OneFOneB, par::PipelineSchedule::ZeroBubbleH1})
+                    if (pp > 1 || schedule == par::PipelineSchedule::OneFOneB)
+                      run(dp, pp, cp, tp, recompute, schedule, losses, state, world.communicator()), ++configs;
     }
     check(configs > 0, "at least one (dp, pp, cp, tp) multiplies to the world size");
     return mpi_test::report(rank, N);

@@ -6,9 +6,11 @@
 // Four blocks (Linear + Tanh; the last a Linear alone), float64, cut into N contiguous
 // stages (N = 3: blocks {0, 1}, {2}, {3}); rank r holds stage r, with the weights of the
 // plain model every rank builds from one seed. A batch of 8 in 4 micro-batches:
-//  * GPipe and 1F1B each give the plain model's loss and, on every stage, the plain
-//    gradients of its blocks (within 1e-12);
-//  * 3 AdamW steps under 1F1B end with the plain model's parameters;
+//  * GPipe, 1F1B and ZB-H1 each give the plain model's loss and, on every stage, the
+//    plain gradients of its blocks (within 1e-12), holding the activations of as many
+//    micro-batches at once as the schedule says (GPipe m, 1F1B min(p − r, m), ZB-H1 at
+//    most min(p, m));
+//  * 3 AdamW steps under 1F1B and under ZB-H1 end with the plain model's parameters;
 //  * each rank's measured bubble is printed beside the theory, (p − 1) / (m + p − 1);
 //  * a batch the micro-batches do not divide is a clear error (N <= 2).
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
@@ -103,15 +105,26 @@ void check_schedule(par::Communicator& pp, par::PipelineSchedule schedule, const
               name.c_str(), rank, first, last - 1, pipe.bubble(), pipe.theoretical_bubble(),
               1e3 * pipe.step_seconds());
   check(pipe.bubble() >= 0 && pipe.bubble() <= 1, name + ": a measured bubble");
+  // ZB-H1's W's run where the stage would wait, so its later stages' counts depend on time:
+  // at most 1F1B's first stage's, min(p, m), and that exactly on the first stage.
+  const bool zb = schedule == par::PipelineSchedule::ZeroBubbleH1;
+  const int64_t m = 4, held = schedule == par::PipelineSchedule::GPipe ? m
+                              : zb                                     ? std::min<int64_t>(N, m)
+                                                                       : std::min<int64_t>(N - rank, m);
+  const bool held_ok = zb && rank > 0 ? pipe.max_held() <= held : pipe.max_held() == held;
+  check(held_ok, name + ": stage " + std::to_string(rank) + " held " + std::to_string(pipe.max_held()) +
+                     " micro-batches at once, expected " + (zb && rank > 0 ? "at most " : "") +
+                     std::to_string(held));
 }
 
-void check_training(par::Communicator& pp) {
+void check_training(par::Communicator& pp, par::PipelineSchedule schedule) {
+  const std::string name = par::schedule_name(schedule);
   auto plain_linears = make_linears(), stage_linears = make_linears();
   auto plain = blocks(plain_linears, 0, kBlocks);
   auto [first, last] = stage_blocks(rank);
   auto stage = blocks(stage_linears, first, last);
   auto reference = blocks(plain_linears, first, last);
-  par::Pipeline pipe(*stage, pp, {.micro_batches = 4});
+  par::Pipeline pipe(*stage, pp, {.micro_batches = 4, .schedule = schedule});
   rg::optim::AdamW a(plain->parameters(), {.lr = 1e-2}), s(stage->parameters(), {.lr = 1e-2});
   for (int step = 0; step < 3; ++step) {
     Batch b = batch(step);
@@ -126,10 +139,12 @@ void check_training(par::Communicator& pp) {
       if (doc.contains("traceEvents"))
         for (const nlohmann::json& e : doc["traceEvents"])
           if (e.value("cat", "") == "pipeline") spans.insert(e.value("name", ""));
-      for (const char* pass : {"F", "B"})
+      std::vector<std::string> passes{"F", "B"};
+      if (schedule == par::PipelineSchedule::ZeroBubbleH1) passes.push_back("W");
+      for (const std::string& pass : passes)
         for (int m = 0; m < 4; ++m) {
           const std::string span = pass + std::to_string(m);
-          check(spans.count(span) == 1, "the traced step has the pipeline span " + span);
+          check(spans.count(span) == 1, name + ": the traced step has the pipeline span " + span);
         }
     }
     a.step(), s.step();
@@ -138,11 +153,11 @@ void check_training(par::Communicator& pp) {
   auto mine = stage->parameters(), want = reference->parameters();
   for (size_t i = 0; i < mine.size(); ++i)
     worst = std::max(worst, rg::amax(rg::abs(mine[i] - want[i])).item());
-  check(worst <= 1e-12, "3 AdamW steps under 1F1B: the plain model's parameters (max diff " +
+  check(worst <= 1e-12, "3 AdamW steps under " + name + ": the plain model's parameters (max diff " +
                             std::to_string(worst) + ")");
   // (With a middle stage the first and last would throw and the middle one wait for an
   // activation: in a program, main_guard then ends the job; here only N <= 2.)
-  if (N <= 2)
+  if (N <= 2 && schedule == par::PipelineSchedule::OneFOneB)
     mpi_test::check_error(
         [&] {
           rg::Tensor odd = rg::zeros({6, 6}, {.dtype = rg::kFloat64});
@@ -163,7 +178,16 @@ int main(int argc, char** argv) {
     if (N > kBlocks) return mpi_test::report(rank, N);  // one block per stage at most
     check_schedule(pp, par::PipelineSchedule::GPipe, "GPipe");
     check_schedule(pp, par::PipelineSchedule::OneFOneB, "1F1B");
-    check_training(pp);
+    check_schedule(pp, par::PipelineSchedule::ZeroBubbleH1, "ZB-H1");
+    check_training(pp, par::PipelineSchedule::OneFOneB);
+    check_training(pp, par::PipelineSchedule::ZeroBubbleH1);
+    if (rank == 0) {  // the schedules' names, both ways
+      for (auto s : {par::PipelineSchedule::GPipe, par::PipelineSchedule::OneFOneB,
+                     par::PipelineSchedule::ZeroBubbleH1})
+        check(par::parse_schedule(par::schedule_name(s)) == s, std::string("the schedule ") + par::schedule_name(s));
+      mpi_test::check_error([] { par::parse_schedule("zb-v"); }, "expected a schedule gpipe, 1f1b or zb-h1, got 'zb-v'",
+                            "an unknown schedule", rank);
+    }
     return mpi_test::report(rank, N);
   });
 }
