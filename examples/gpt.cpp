@@ -31,7 +31,8 @@
 // each pipeline stage (Stage below) holds a contiguous run of blocks, built from the
 // whole GPT with its heads, MLP and vocabulary split over the tp ranks (Megatron's
 // layout); 1F1B over --micro-batches moves activations between stages (--schedule
-// gpipe or zb-h1: the other schedules of parallel/pipeline.h, the same gradients). Then the
+// gpipe, interleaved [--virtual-stages V: each rank holds V chunks of blocks] or zb-h1:
+// the other schedules of parallel/pipeline.h, the same gradients). Then the
 // strategy is ddp: the gradient is all-reduced over (dp, cp) after each pipeline step.
 // It is still the same training run (the ctest of every strategy and layout compares
 // the losses at step 20).
@@ -222,8 +223,12 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", micro_batches, "with --pp: micro-batches per step (dividing --batch-size)")
       ->check(CLI::PositiveNumber);
   std::string schedule_name = "1f1b";
-  app.add_option("--schedule", schedule_name, "with --pp: gpipe | 1f1b | zb-h1 (zero bubble: weight gradients fill the waits)")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "zb-h1"}));
+  app.add_option("--schedule", schedule_name, "with --pp: gpipe | 1f1b | interleaved (--virtual-stages "
+                 "chunks a rank) | zb-h1 (zero bubble: weight gradients fill the waits)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+  int virtual_stages = 2;
+  app.add_option("--virtual-stages", virtual_stages, "with --schedule interleaved: model chunks per rank")
+      ->check(CLI::PositiveNumber);
   app.add_option("--seq", config.seq, "context length")->check(CLI::PositiveNumber);
   app.add_option("--layers", config.layers, "Transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--d-model", config.d_model, "model width")->check(CLI::PositiveNumber);
@@ -302,6 +307,14 @@ int main(int argc, char** argv) {
     RG_CHECK(pp == 1 || batch % micro_batches == 0, "gpt", "expected --micro-batches to divide --batch-size ",
              batch, ", got ", micro_batches);
     const par::PipelineSchedule schedule_kind = par::parse_schedule(schedule_name);
+    const int chunks = schedule_kind == par::PipelineSchedule::Interleaved1F1B ? virtual_stages : 1;
+    RG_CHECK(app.count("--virtual-stages") == 0 || schedule_kind == par::PipelineSchedule::Interleaved1F1B,
+             "gpt", "expected --virtual-stages only with --schedule interleaved, got --schedule ", schedule_name);
+    if (chunks > 1 || schedule_kind == par::PipelineSchedule::Interleaved1F1B)
+      RG_CHECK(pp > 1 && micro_batches % pp == 0 && config.layers % (pp * chunks) == 0, "gpt",
+               "expected --schedule interleaved with --pp above 1, --micro-batches a multiple of --pp and "
+               "--layers a multiple of --pp x --virtual-stages, got --pp ", pp, ", --micro-batches ",
+               micro_batches, ", --layers ", config.layers, ", --virtual-stages ", virtual_stages);
     RG_CHECK(schedule_name == "1f1b" || (!plan.plan_only && !plan.check_plan), "gpt", "expected --plan and --check-plan with --schedule 1f1b (the "
              "planner's activations and step time are 1F1B's), got --schedule ", schedule_name);
     RG_CHECK(config.d_model % config.heads == 0, "gpt", "expected --heads to divide --d-model ",
@@ -393,7 +406,7 @@ int main(int argc, char** argv) {
           return par::sum_over_ranks(t, cp_group);
         };
     Trainer trainer(strategy, model, everyone, lr, groups, {.micro_batches = pp > 1 ? micro_batches : 1,
-                    .schedule = schedule_kind}, precision, comm_hook.hook(), grad_accum);
+                    .schedule = schedule_kind}, precision, comm_hook.hook(), grad_accum, chunks);
     const int64_t per_replica = batch * grad_accum;  // sequences per step on each replica
     rg::optim::WarmupCosine schedule(trainer.optimizer(),
                                      {.warmup_steps = std::max<int64_t>(1, steps / 20),

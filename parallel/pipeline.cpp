@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <map>
+#include <tuple>
 #include <string>
 
 #include "ringgrad/autograd/grad_mode.h"
@@ -27,19 +29,22 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 constexpr int64_t kMaxDims = 8;  // the activation header: ndim, dtype, then up to 8 sizes
 
-// A micro-batch's span in the trace: "F3" (its forward), "B3" (its backward); empty when
-// tracing is off. (Appended, not "F" + std::to_string(i): GCC 12 warns -Wrestrict on that
-// inlined operator+, a false positive, GCC bug 105651.)
-std::string span_name(char pass, int64_t index) {
+// A micro-batch's span in the trace: "F3" (its forward), "B3" (its backward), "W3" (its
+// weight gradients); "F3.1" through chunk 1 under virtual stages; empty when tracing is
+// off. (Appended, not "F" + std::to_string(i): GCC 12 warns -Wrestrict on that inlined
+// operator+, a false positive, GCC bug 105651.)
+std::string span_name(char pass, int64_t index, int64_t chunk, int64_t chunks) {
   if (!trace::enabled()) return {};
   std::string name(1, pass);
-  return name.append(std::to_string(index));
+  name.append(std::to_string(index));
+  if (chunks > 1) name.append(".").append(std::to_string(chunk));
+  return name;
 }
 
 }  // namespace
 
 struct Pipeline::MicroBatch {
-  int64_t index = 0;
+  int64_t index = 0, chunk = 0;
   Tensor input;   // what this stage received (a leaf that requires grad), or the batch's slice
   Tensor output;  // this stage's output, with its graph
   Tensor loss;    // the last stage: this micro-batch's loss / m
@@ -50,6 +55,7 @@ const char* schedule_name(PipelineSchedule schedule) {
   switch (schedule) {
     case PipelineSchedule::GPipe: return "gpipe";
     case PipelineSchedule::OneFOneB: return "1f1b";
+    case PipelineSchedule::Interleaved1F1B: return "interleaved";
     case PipelineSchedule::ZeroBubbleH1: return "zb-h1";
   }
   return "?";
@@ -57,88 +63,137 @@ const char* schedule_name(PipelineSchedule schedule) {
 
 PipelineSchedule parse_schedule(const std::string& name) {
   for (PipelineSchedule s : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB,
-                             PipelineSchedule::ZeroBubbleH1})
+                             PipelineSchedule::Interleaved1F1B, PipelineSchedule::ZeroBubbleH1})
     if (name == schedule_name(s)) return s;
-  RG_CHECK(false, "Pipeline", "expected a schedule gpipe, 1f1b or zb-h1, got '", name, "'");
+  RG_CHECK(false, "Pipeline", "expected a schedule gpipe, 1f1b, interleaved or zb-h1, got '", name, "'");
   return PipelineSchedule::OneFOneB;
 }
 
 Pipeline::Pipeline(nn::Module& stage, Communicator& pp, PipelineOptions options)
-    : stage_(stage), pp_(pp), options_(options) {
-  RG_CHECK(options.micro_batches >= 1, "Pipeline", "expected at least one micro-batch, got ",
-           options.micro_batches);
-  RG_CHECK(2 * options.micro_batches < 32767, "Pipeline", "expected fewer than 16384 micro-batches, got ",
-           options.micro_batches);
+    : Pipeline(std::vector<nn::Module*>{&stage}, pp, options) {}
+
+Pipeline::Pipeline(std::vector<nn::Module*> chunks, Communicator& pp, PipelineOptions options)
+    : chunks_(std::move(chunks)), pp_(pp), options_(options) {
+  const int64_t m = options.micro_batches, v = virtual_stages(), p = pp.size();
+  RG_CHECK(m >= 1, "Pipeline", "expected at least one micro-batch, got ", m);
+  RG_CHECK(v >= 1 && std::find(chunks_.begin(), chunks_.end(), nullptr) == chunks_.end(), "Pipeline",
+           "expected one model chunk or more, none of them null, got ", v);
+  RG_CHECK(v == 1 || options.schedule == PipelineSchedule::Interleaved1F1B, "Pipeline",
+           "expected one chunk per rank under ", schedule_name(options.schedule), ", got ", v,
+           " (virtual stages run under the interleaved schedule)");
+  if (options.schedule == PipelineSchedule::Interleaved1F1B)
+    RG_CHECK(p >= 2 && m % p == 0, "Pipeline", "expected the interleaved schedule on 2 ranks or more "
+             "and micro-batches a multiple of them, got ", p, " ranks and ", m, " micro-batches");
+  RG_CHECK(2 * m * v * p < 32767, "Pipeline", "expected fewer than 16384 micro-batch passes through "
+           "the stages (micro-batches × stages), got ", m, " × ", v * p);
+}
+
+int64_t Pipeline::stage_of(const MicroBatch& mb) const { return mb.chunk * pp_.size() + pp_.rank(); }
+
+int Pipeline::tag_into(int64_t micro_batch, int64_t stage) const {
+  return static_cast<int>(2 * (micro_batch * virtual_stages() * pp_.size() + stage));
+}
+
+std::vector<PipelineStep> pipeline_order(PipelineSchedule schedule, int64_t p, int64_t rank,
+                                         int64_t m, int64_t v) {
+  RG_CHECK(p >= 1 && rank >= 0 && rank < p && m >= 1 && v >= 1, "pipeline_order", "expected p >= 1 "
+           "ranks, a rank below p, m >= 1 micro-batches and v >= 1 chunks, got p = ", p, ", rank = ",
+           rank, ", m = ", m, ", v = ", v);
+  std::vector<PipelineStep> steps;
+  if (schedule != PipelineSchedule::Interleaved1F1B) {
+    RG_CHECK(v == 1, "pipeline_order", "expected one chunk per rank under ", schedule_name(schedule),
+             ", got ", v);
+    const int64_t warmup = schedule == PipelineSchedule::GPipe ? m : std::min(p - 1 - rank, m);
+    int64_t f = 0, b = 0;
+    for (; f < warmup; ++f) steps.push_back({true, f, 0});
+    for (; f < m; ++f, ++b) steps.push_back({true, f, 0}), steps.push_back({false, b, 0});
+    for (; b < m; ++b) steps.push_back({false, b, 0});
+    return steps;
+  }
+  RG_CHECK(m % p == 0, "pipeline_order", "expected the interleaved schedule's micro-batches to be a "
+           "multiple of the ranks, got ", m, " and ", p);
+  // Virtual micro-batch k: micro-batch (k / (p·v))·p + k % p through chunk (k / p) % v
+  // (reversed for the backwards).
+  const int64_t total = m * v;
+  auto step = [&](int64_t k, bool forward) {
+    const int64_t group = k % (p * v) / p;
+    return PipelineStep{forward, k / (p * v) * p + k % p, forward ? group : v - 1 - group};
+  };
+  const int64_t warmup = std::min((p - rank - 1) * 2 + (v - 1) * p, total);
+  for (int64_t k = 0; k < warmup; ++k) steps.push_back(step(k, true));
+  for (int64_t k = 0; k + warmup < total; ++k)
+    steps.push_back(step(k + warmup, true)), steps.push_back(step(k, false));
+  for (int64_t k = total - warmup; k < total; ++k) steps.push_back(step(k, false));
+  return steps;
 }
 
 double Pipeline::theoretical_bubble() const {
-  return ideal_bubble(options_.schedule, pp_.size(), options_.micro_batches);
+  return ideal_bubble(options_.schedule, pp_.size(), options_.micro_batches, -1, virtual_stages());
 }
 
-double ideal_bubble(PipelineSchedule schedule, int64_t p, int64_t m, int64_t rank) {
-  RG_CHECK(p >= 1 && m >= 1 && rank < p, "ideal_bubble", "expected p >= 1 stages, m >= 1 "
-           "micro-batches and a rank below p, got p = ", p, ", m = ", m, ", rank = ", rank);
+double ideal_bubble(PipelineSchedule schedule, int64_t p, int64_t m, int64_t rank, int64_t v) {
+  RG_CHECK(p >= 1 && m >= 1 && v >= 1 && rank < p, "ideal_bubble", "expected p >= 1 stages, m >= 1 "
+           "micro-batches, v >= 1 chunks and a rank below p, got p = ", p, ", m = ", m, ", v = ", v,
+           ", rank = ", rank);
   const bool split = schedule == PipelineSchedule::ZeroBubbleH1;
-  struct Stage {
-    std::vector<char> order;  // 'F' and 'B', as forward_backward runs them
+  const int64_t stages = p * v;
+  struct Rank {
+    std::vector<PipelineStep> steps;
     size_t next = 0;
-    int64_t forwards = 0, backwards = 0, waiting_w = 0, held = 0;
-    double t = 0, idle = 0, t_b = 2, t_w = 0;
+    int64_t waiting_w = 0, held = 0;
+    double t = 0, idle = 0;
   };
-  std::vector<Stage> st(static_cast<size_t>(p));
-  // done_f[r][i], done_b[r][i]: when stage r finished F_i / B_i (< 0: not yet)
-  std::vector<std::vector<double>> done_f(st.size(), std::vector<double>(size_t(m), -1)),
-      done_b = done_f;
-  for (int64_t r = 0; r < p; ++r) {
-    Stage& s = st[size_t(r)];
-    if (split) s.t_b = r == 0 ? 0 : 1, s.t_w = r == 0 ? 2 : 1;
-    const int64_t warmup = schedule == PipelineSchedule::GPipe ? m : std::min(p - 1 - r, m);
-    int64_t f = 0, b = 0;
-    for (; f < warmup; ++f) s.order.push_back('F');
-    for (; f < m; ++f, ++b) s.order.push_back('F'), s.order.push_back('B');
-    for (; b < m; ++b) s.order.push_back('B');
-  }
-  auto run_w = [](Stage& s) { s.t += s.t_w, --s.waiting_w, --s.held; };
+  std::vector<Rank> ranks(static_cast<size_t>(p));
+  for (int64_t r = 0; r < p; ++r) ranks[size_t(r)].steps = pipeline_order(schedule, p, r, m, v);
+  // done[{F or B, micro-batch, stage}]: when it finished (absent: not yet)
+  std::map<std::tuple<bool, int64_t, int64_t>, double> done;
+  const double t_f = 1.0 / double(v);
+  auto t_b = [&](int64_t stage) { return !split ? 2 * t_f : stage == 0 ? 0.0 : t_f; };
+  const double t_w = split ? t_f : 0;  // (the first stage's W: 2 t_f, below)
+  auto run_w = [&](Rank& rk, int64_t r) { rk.t += r == 0 ? 2 * t_w : t_w, --rk.waiting_w, --rk.held; };
   for (bool progress = true; progress;) {
     progress = false;
     for (int64_t r = 0; r < p; ++r) {
-      Stage& s = st[size_t(r)];
-      while (s.next < s.order.size()) {
-        const bool forward = s.order[s.next] == 'F';
-        const int64_t i = forward ? s.forwards : s.backwards;
-        // What this step waits for: the previous stage's F_i, the next stage's B_i.
+      Rank& rk = ranks[size_t(r)];
+      while (rk.next < rk.steps.size()) {
+        const PipelineStep& st = rk.steps[rk.next];
+        const int64_t stage = st.chunk * p + r;
+        // What this step waits for: the previous stage's F, the next stage's B.
         double ready = 0;
-        if (forward && r > 0) ready = done_f[size_t(r - 1)][size_t(i)];
-        if (!forward && r < p - 1) ready = done_b[size_t(r + 1)][size_t(i)];
-        if (ready < 0) break;  // not yet computed: another stage first
-        while (s.waiting_w > 0 && s.t < ready) run_w(s);  // ZB-H1: W's fill the wait
-        s.idle += std::max(0.0, ready - s.t);
-        s.t = std::max(s.t, ready);
-        if (forward) {
-          while (s.waiting_w > 0 && s.held >= p) run_w(s);  // ZB-H1: held at most p
-          s.t += 1, ++s.held;
-          done_f[size_t(r)][size_t(s.forwards++)] = s.t;
-        } else {
-          s.t += s.t_b;
-          done_b[size_t(r)][size_t(s.backwards++)] = s.t;
-          if (split) ++s.waiting_w;
-          else --s.held;
+        if (st.forward ? stage > 0 : stage < stages - 1) {
+          auto it = done.find({st.forward, st.micro_batch, st.forward ? stage - 1 : stage + 1});
+          if (it == done.end()) break;  // not yet computed: another rank first
+          ready = it->second;
         }
-        ++s.next;
+        while (rk.waiting_w > 0 && rk.t < ready) run_w(rk, r);  // ZB-H1: W's fill the wait
+        rk.idle += std::max(0.0, ready - rk.t);
+        rk.t = std::max(rk.t, ready);
+        if (st.forward) {
+          while (rk.waiting_w > 0 && rk.held >= p) run_w(rk, r);  // ZB-H1: held at most p
+          rk.t += t_f, ++rk.held;
+        } else {
+          rk.t += t_b(stage);
+          if (split) ++rk.waiting_w;
+          else --rk.held;
+        }
+        done[{st.forward, st.micro_batch, stage}] = rk.t;
+        ++rk.next;
         progress = true;
       }
     }
   }
   double end = 0;
-  for (Stage& s : st) {
-    RG_ASSERT(s.next == s.order.size());
-    while (s.waiting_w > 0) run_w(s);
-    end = std::max(end, s.t);
+  for (int64_t r = 0; r < p; ++r) {
+    Rank& rk = ranks[size_t(r)];
+    RG_CHECK(rk.next == rk.steps.size(), "ideal_bubble", "the ", schedule_name(schedule),
+             " schedule deadlocks at p = ", p, ", m = ", m, ", v = ", v, " (rank ", r, ")");
+    while (rk.waiting_w > 0) run_w(rk, r);
+    end = std::max(end, rk.t);
   }
   double worst = 0;
   for (int64_t r = 0; r < p; ++r) {
-    const Stage& s = st[size_t(r)];
-    const double bubble = (s.idle + end - s.t) / end;
+    const Rank& rk = ranks[size_t(r)];
+    const double bubble = (rk.idle + end - rk.t) / end;
     if (r == rank) return bubble;
     worst = std::max(worst, bubble);
   }
@@ -158,24 +213,17 @@ double Pipeline::forward_backward(const Tensor& input, const Tensor& target, con
   const auto start = Clock::now();
   idle_s_ = 0;
   held_ = max_held_ = 0;
-  std::vector<MicroBatch> batches(static_cast<size_t>(m));
-  int64_t forwards = 0, backwards = 0;
+  const int64_t v = virtual_stages();
+  std::vector<MicroBatch> batches(static_cast<size_t>(m * v));  // [micro-batch · v + chunk]
+  auto at = [&](const PipelineStep& st) -> MicroBatch& {
+    MicroBatch& mb = batches[static_cast<size_t>(st.micro_batch * v + st.chunk)];
+    mb.index = st.micro_batch, mb.chunk = st.chunk;
+    return mb;
+  };
   const bool split = options_.schedule == PipelineSchedule::ZeroBubbleH1;
-  std::deque<int64_t> waiting;  // ZB-H1: micro-batches whose W waits, oldest first
-  auto F = [&] {
-    MicroBatch& mb = batches[static_cast<size_t>(forwards)];
-    mb.index = forwards++;
-    forward(mb, input, target, loss);
-    max_held_ = std::max(max_held_, ++held_);
-  };
-  auto B = [&] {
-    MicroBatch& mb = batches[static_cast<size_t>(backwards++)];
-    backward(mb, split);
-    if (split) waiting.push_back(mb.index);
-    else --held_;
-  };
+  std::deque<MicroBatch*> waiting;  // ZB-H1: micro-batches whose W waits, oldest first
   auto W = [&] {
-    weights(batches[static_cast<size_t>(waiting.front())]);
+    weights(*waiting.front());
     waiting.pop_front();
   };
   // While this stage would wait for a message, a waiting W runs instead.
@@ -185,18 +233,20 @@ double Pipeline::forward_backward(const Tensor& input, const Tensor& target, con
   } fill{fill_};
   if (split) fill_ = [&] { return !waiting.empty() && (W(), true); };
 
-  if (options_.schedule == PipelineSchedule::GPipe) {
-    while (forwards < m) F();
-    while (backwards < m) B();
-  } else {  // 1F1B: fill the pipeline, then one forward and one backward in turn, then drain
-    // (ZB-H1: the same order; forward() runs the waiting W's before it computes, so in
-    // the steady state each W follows its B, and the drain's W's fill its waits.)
-    const int64_t warmup = std::min(p - 1 - r, m);
-    while (forwards < warmup) F();
-    while (forwards < m) F(), B();
-    while (backwards < m) B();
-    while (!waiting.empty()) W();
+  // The schedule's steps (pipeline_order); ZB-H1's W's run inside receive() and forward(),
+  // where the stage would wait or hold too much, and the rest here at the end.
+  for (const PipelineStep& st : pipeline_order(options_.schedule, p, r, m, v)) {
+    MicroBatch& mb = at(st);
+    if (st.forward) {
+      forward(mb, input, target, loss);
+      max_held_ = std::max(max_held_, ++held_);
+    } else {
+      backward(mb, split);
+      if (split) waiting.push_back(&mb);
+      else --held_;
+    }
   }
+  while (!waiting.empty()) W();
   {
     trace::Span span("wait for sends", "pipeline");
     const auto waiting = Clock::now();
@@ -218,9 +268,12 @@ double Pipeline::evaluate(const Tensor& input, const Tensor& target, const LossF
   NoGradGuard no_grad;
   const int64_t m = options_.micro_batches;
   double total = 0;
-  for (int64_t i = 0; i < m; ++i) {
+  // The schedule's forwards, in its order (every activation flows one way: no wait
+  // can close a cycle).
+  for (const PipelineStep& st : pipeline_order(options_.schedule, pp_.size(), pp_.rank(), m, virtual_stages())) {
+    if (!st.forward) continue;
     MicroBatch mb;
-    mb.index = i;
+    mb.index = st.micro_batch, mb.chunk = st.chunk;
     forward(mb, input, target, loss);
     if (mb.loss.defined()) total += mb.loss.item();
   }
@@ -233,49 +286,52 @@ double Pipeline::evaluate(const Tensor& input, const Tensor& target, const LossF
 
 void Pipeline::forward(MicroBatch& mb, const Tensor& input, const Tensor& target,
                        const LossFn& loss) {
-  trace::Span span(span_name('F', mb.index), "pipeline");
-  const int64_t m = options_.micro_batches;
-  if (is_first()) {
+  trace::Span span(span_name('F', mb.index, mb.chunk, virtual_stages()), "pipeline");
+  const int64_t m = options_.micro_batches, p = pp_.size(), stage = stage_of(mb);
+  const int64_t last = virtual_stages() * p - 1;
+  if (stage == 0) {
     const int64_t k = input.size(0) / m;
     mb.input = input.narrow(0, mb.index * k, k);
-  } else {
-    mb.input = receive_activation(pp_.rank() - 1, static_cast<int>(2 * mb.index));
+  } else {  // from the previous stage: the previous rank (rank 0: the last rank's previous chunk)
+    mb.input = receive_activation(static_cast<int>((pp_.rank() + p - 1) % p), tag_into(mb.index, stage));
     mb.input.requires_grad_(true);  // its gradient goes back to the previous stage
   }
   if (fill_)  // ZB-H1: W's not done while waiting go first where p micro-batches are held
     while (held_ >= pp_.size() && fill_()) {
     }
-  mb.output = stage_(mb.input);
-  if (is_last()) {
+  mb.output = (*chunks_[static_cast<size_t>(mb.chunk)])(mb.input);
+  if (stage == last) {
     const int64_t k = target.size(0) / m;
     mb.loss = loss(mb.output, target.narrow(0, mb.index * k, k)) * (1.0 / double(m));
   } else {
-    send_activation(mb.output, pp_.rank() + 1, static_cast<int>(2 * mb.index));
+    send_activation(mb.output, static_cast<int>((pp_.rank() + 1) % p), tag_into(mb.index, stage + 1));
   }
 }
 
 void Pipeline::backward(MicroBatch& mb, bool split) {
-  trace::Span span(span_name('B', mb.index), "pipeline");  // (the wait, and W's filling it, inside)
-  const int tag = static_cast<int>(2 * mb.index + 1);
+  trace::Span span(span_name('B', mb.index, mb.chunk, virtual_stages()), "pipeline");  // (the wait, and W's filling it, inside)
+  const int64_t p = pp_.size(), stage = stage_of(mb), last = virtual_stages() * p - 1;
   Tensor grad;  // the last stage starts from its loss
-  if (!is_last()) grad = receive(mb.output.shape(), mb.output.dtype(), pp_.rank() + 1, tag, fill_);
-  const Tensor& root = is_last() ? mb.loss : mb.output;
+  if (stage < last)
+    grad = receive(mb.output.shape(), mb.output.dtype(), static_cast<int>((pp_.rank() + 1) % p),
+                   tag_into(mb.index, stage + 1) + 1, fill_);
+  const Tensor& root = stage == last ? mb.loss : mb.output;
   if (split)  // the input's gradient now, the weights' in W (the first stage: all in W)
-    mb.w = autograd::backward_inputs_first(root, grad, is_first() ? std::vector<Tensor>{}
+    mb.w = autograd::backward_inputs_first(root, grad, stage == 0 ? std::vector<Tensor>{}
                                                                   : std::vector<Tensor>{mb.input});
   else
     root.backward(grad);
-  if (!is_first()) {
+  if (stage > 0) {
     Tensor g = mb.input.grad();
     Tensor out = g.defined() ? g.contiguous() : zeros_like(mb.input.detach());
-    sends_.push_back(pp_.send_async(out, pp_.rank() - 1, tag));
+    sends_.push_back(pp_.send_async(out, static_cast<int>((pp_.rank() + p - 1) % p), tag_into(mb.index, stage) + 1));
   }
   mb.output = Tensor();  // the micro-batch's graph and activations can go (under ZB-H1,
   mb.input = Tensor();   // what W needs stays with mb.w)
 }
 
 void Pipeline::weights(MicroBatch& mb) {
-  trace::Span span(span_name('W', mb.index), "pipeline");
+  trace::Span span(span_name('W', mb.index, mb.chunk, virtual_stages()), "pipeline");
   mb.w.run();
   --held_;
 }

@@ -5,8 +5,8 @@
 #
 # At world 2 a small GPT trains 20 steps under ddp, zero1, zero2, fsdp, fsdp with context
 # parallelism (--dp 1 --cp 2, one replica of twice the sequences), ddp with tensor
-# parallelism (--tp 2), and at world 4 ddp with pipeline x tensor parallelism (1F1B and
-# ZB-H1); each prints its training loss at step 20 and
+# parallelism (--tp 2), and at world 4 ddp with pipeline x tensor parallelism (1F1B,
+# ZB-H1 and interleaved); each prints its training loss at step 20 and
 # its validation loss (the train loss is the mean over steps 11-20). All are the same computation up to the order of float32 sums,
 # so every loss must agree with DDP's within 1e-4 (relative). Then a checkpoint
 # moves between strategies: fsdp trains 10 steps and saves, zero2 resumes to step 20,
@@ -46,6 +46,9 @@ close "ddp, pp 2 x tp 2 (world 4)" "$reference" \
 # The same pipeline under the zero-bubble schedule (weight gradients deferred into the waits).
 close "ddp, pp 2 x tp 2, zb-h1 (world 4)" "$reference" \
   "$(losses -n 4 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --schedule zb-h1)" || status=1
+# Interleaved 1F1B: 4 blocks, each rank holding 2 chunks of one block (stages r and r + 2).
+close "ddp, pp 2 x tp 2, interleaved v 2 (world 4, 4 layers)" "$(losses --strategy ddp --layers 4)" \
+  "$(losses -n 4 --layers 4 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --schedule interleaved)" || status=1
 "$rgrun" -n 2 "$gpt" "${small[@]}" --strategy fsdp --save "$dir/ckpt" --max-steps 10 \
   > "$dir/save.log" 2>&1 || { cat "$dir/save.log" >&2; echo "FAILED: fsdp --save" >&2; exit 1; }
 close "fsdp 10 steps, zero2 resumes" "$reference" "$(losses --strategy zero2 --resume "$dir/ckpt")" || status=1

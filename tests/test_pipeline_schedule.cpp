@@ -37,3 +37,30 @@ TEST_CASE("pipeline schedule: ZB-H1's W's fill part of 1F1B's bubble") {
   CHECK(contains(error_of([] { par::ideal_bubble(par::PipelineSchedule::OneFOneB, 2, 0); }),
                  "expected p >= 1 stages, m >= 1 micro-batches"));
 }
+
+TEST_CASE("pipeline schedule: interleaved stages divide the bubble by v, without deadlock") {
+  for (int64_t p = 2; p <= 6; ++p)
+    for (int64_t v = 1; v <= 4; ++v)
+      for (int64_t m = p; m <= 4 * p; m += p) {
+        const double want = double(p - 1) / double(v * m + p - 1);
+        CHECK_MESSAGE(par::ideal_bubble(par::PipelineSchedule::Interleaved1F1B, p, m, -1, v) ==
+                          doctest::Approx(want).epsilon(1e-12),
+                      "p=", p, " v=", v, " m=", m);
+      }
+  // Every (micro-batch, chunk) once forward and once backward on every rank, forwards first.
+  for (int64_t r = 0; r < 3; ++r) {
+    auto steps = par::pipeline_order(par::PipelineSchedule::Interleaved1F1B, 3, r, 6, 2);
+    std::vector<int> f(12, 0), b(12, 0);
+    for (const par::PipelineStep& s : steps) {
+      const size_t k = size_t(s.micro_batch * 2 + s.chunk);
+      if (s.forward) ++f[k];
+      else CHECK_MESSAGE(f[k] == 1, "rank ", r, ": a backward before its forward");
+      if (!s.forward) ++b[k];
+    }
+    for (size_t k = 0; k < 12; ++k) CHECK((f[k] == 1 && b[k] == 1));
+  }
+  CHECK(contains(error_of([] { par::pipeline_order(par::PipelineSchedule::Interleaved1F1B, 4, 0, 6, 2); }),
+                 "multiple of the ranks"));
+  CHECK(contains(error_of([] { par::pipeline_order(par::PipelineSchedule::OneFOneB, 4, 0, 8, 2); }),
+                 "expected one chunk per rank under 1f1b"));
+}

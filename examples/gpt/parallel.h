@@ -59,14 +59,18 @@ class ParallelBlock : public rg::nn::Module {
   const double* aux_scale;   // the GPT's (Block::aux_scale)
 };
 
-// Pipeline stage s of p over a tp group, built from the whole GPT: blocks
-// [s·L/p, (s+1)·L/p); the embeddings (vocabulary split over tp) on the first stage; the
-// final norm and the LM head on the last, which reads this rank's vocabulary rows of the
-// token embedding (tied: with p > 1 the last stage keeps its own copy, and the two
-// copies' gradients are summed every step, as Megatron does). Parameter names are the GPT's.
+// Pipeline rank r of p over a tp group, built from the whole GPT. Without virtual stages
+// (v = 1) it is stage r: blocks [r·L/p, (r+1)·L/p). With v chunks (interleaved 1F1B) it
+// holds stages r, r + p, …, r + (v−1)·p of v·p, stage s being blocks [s·L/S, (s+1)·L/S),
+// and chunk(c) runs stage c·p + r. The embeddings (vocabulary split over tp) go with the
+// first stage (rank 0), the final norm and the LM head with the last (rank p − 1), which
+// reads this rank's vocabulary rows of the token embedding (tied: with p > 1 the last
+// stage keeps its own copy, and the two copies' gradients are summed every step, as
+// Megatron does). Parameter names are the GPT's.
 class Stage : public rg::nn::Module {
  public:
-  Stage(GPT& gpt, int s, int p, par::Communicator& tp) : first_(s == 0), last_(s == p - 1), gpt_(gpt), tp_(tp) {
+  Stage(GPT& gpt, int r, int p, par::Communicator& tp, int v = 1)
+      : first_(r == 0), last_(r == p - 1), gpt_(gpt), tp_(tp) {
     if (first_ || last_) {
       wte = std::make_unique<par::VocabParallelEmbedding>(gpt.wte, tp);
       register_module("wte", *wte);
@@ -78,10 +82,15 @@ class Stage : public rg::nn::Module {
     }
     // Blocks named by their index in the whole model, so that names match the GPT's.
     blocks_ = register_module("blocks", std::make_shared<rg::nn::Sequential>());
-    const int64_t layers = static_cast<int64_t>(gpt.blocks->size());
-    for (int64_t b = s * layers / p; b < (s + 1) * layers / p; ++b)
-      blocks_->add(std::to_string(b), std::make_shared<ParallelBlock>(
-                                          static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
+    const int64_t layers = static_cast<int64_t>(gpt.blocks->size()), stages = int64_t(v) * p;
+    for (int c = 0; c < v; ++c) {
+      const int64_t s = int64_t(c) * p + r, begin = s * layers / stages, end = (s + 1) * layers / stages;
+      ranges_.push_back({int64_t(blocks_->size()), int64_t(blocks_->size()) + end - begin});
+      for (int64_t b = begin; b < end; ++b)
+        blocks_->add(std::to_string(b), std::make_shared<ParallelBlock>(
+                                            static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
+      chunks_.push_back(std::make_shared<Chunk>(*this, c, c == 0 && first_, c == v - 1 && last_));
+    }
     if (last_) {
       ln_f = std::make_unique<rg::nn::LayerNorm>(gpt.wte.embedding_dim);
       ln_f->load_state_dict(gpt.ln_f->state_dict());
@@ -89,24 +98,43 @@ class Stage : public rg::nn::Module {
     }
   }
   // first: tokens -> hidden; last: -> this rank's slice of the vocabulary's logits.
-  rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor h = first_ ? (*wte)(x) + (*wpe)(gpt_.positions.narrow(1, 0, x.size(1))) : x;
-    h = (*blocks_)(h);
-    if (!last_) return h;
-    return rg::matmul(par::copy_to_tp_region((*ln_f)(h), tp_), wte->weight.t());
-  }
+  rg::Tensor forward(const rg::Tensor& x) override { return run(0, first_, last_, x); }
   bool first() const { return first_; }
   bool last() const { return last_; }
+  // The model chunks for parallel::Pipeline (this stage's v; chunk 0 alone is forward()).
+  std::vector<rg::nn::Module*> chunks() {
+    std::vector<rg::nn::Module*> out;
+    for (auto& c : chunks_) out.push_back(c.get());
+    return out;
+  }
 
   std::unique_ptr<par::VocabParallelEmbedding> wte;
   std::unique_ptr<rg::nn::Embedding> wpe;
   std::unique_ptr<rg::nn::LayerNorm> ln_f;
 
  private:
+  // One chunk: a view of the stage's modules (its parameters are the stage's, not its own).
+  struct Chunk : rg::nn::Module {
+    Chunk(Stage& s, int c, bool first, bool last) : stage(s), index(c), first(first), last(last) {}
+    rg::Tensor forward(const rg::Tensor& x) override { return stage.run(index, first, last, x); }
+    Stage& stage;
+    int index;
+    bool first, last;
+  };
+  rg::Tensor run(int chunk, bool first, bool last, const rg::Tensor& x) {
+    rg::Tensor h = first ? (*wte)(x) + (*wpe)(gpt_.positions.narrow(1, 0, x.size(1))) : x;
+    for (int64_t b = ranges_[size_t(chunk)].first; b < ranges_[size_t(chunk)].second; ++b)
+      h = (*blocks_)[static_cast<size_t>(b)](h);
+    if (!last) return h;
+    return rg::matmul(par::copy_to_tp_region((*ln_f)(h), tp_), wte->weight.t());
+  }
+
   bool first_, last_;
   GPT& gpt_;  // its positions (context_parallel shards them)
   par::Communicator& tp_;
   std::shared_ptr<rg::nn::Sequential> blocks_;
+  std::vector<std::pair<int64_t, int64_t>> ranges_;  // each chunk's blocks in blocks_
+  std::vector<std::shared_ptr<Chunk>> chunks_;
 };
 
 // The groups of a (dp, pp, cp, tp) mesh that training needs.

@@ -56,7 +56,8 @@ struct Trainer {
   int64_t pipeline_micro_batches = 1;  // --micro-batches under --pp: each one's loss is 1/m
 
   Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr, const Groups& g,
-          par::PipelineOptions pipe, const Precision& p, par::DDPCommHook comm_hook, int64_t accum)
+          par::PipelineOptions pipe, const Precision& p, par::DDPCommHook comm_hook, int64_t accum,
+          int virtual_stages = 1)
       : strategy(s), model(m), comm(c), precision(p),
         scaler(rg::optim::GradScalerOptions{
             .enabled = p.scaled(),
@@ -69,8 +70,8 @@ struct Trainer {
       RG_CHECK(s == "ddp", "gpt", "expected --strategy ddp with --tp or --pp above 1 (the gradient "
                "is averaged over the (dp, cp) group after each pipeline step), got ", s);
       groups = &g;
-      stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp);
-      pipeline = std::make_unique<par::Pipeline>(*stage, g.pp, pipe);
+      stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp, virtual_stages);
+      pipeline = std::make_unique<par::Pipeline>(stage->chunks(), g.pp, pipe);
       pipeline_micro_batches = pipe.micro_batches;
       adamw = make(stage->parameters());
       // Counted once: a slice of a split parameter on every tp rank; a parameter every tp
