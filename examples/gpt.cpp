@@ -657,7 +657,8 @@ int main(int argc, char** argv) {
     const double val = validation_loss();
 
     // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy.
-    // (With --tp or --pp: the model gathered from the tp slices when there is one stage.)
+    // (With --tp or --pp: the model gathered from the tp slices and, for the sample, from
+    // the stages; saving with --tp or --pp is refused above.)
     std::map<std::string, std::string> optim_meta;
     rg::NamedTensors optim_state, model_state;
     if (!trainer.pipeline) {
@@ -666,8 +667,10 @@ int main(int argc, char** argv) {
     } else if (pp == 1) {
       model_state = par::tp_full_state_dict(*trainer.stage);
       if (groups.ep) model_state = trainer.with_every_expert(model_state);  // and every expert
+    } else if (sample_length > 0 && !groups.ep) {
+      model_state = trainer.whole_from_stages();  // each stage's part, on pp rank 0
     } else if (world.is_main() && sample_length > 0) {
-      std::printf("sample: skipped with --pp above 1 (each stage holds part of the model)\n");
+      std::printf("sample: skipped with --pp and --ep above 1 (the experts are not gathered across stages)\n");
     }
     if (!ckpt.save_path.empty()) {
       write(std::max(end, start_step), model_state, optim_state, optim_meta);

@@ -46,6 +46,19 @@ close "ddp, pp 2 x tp 2 (world 4)" "$reference" \
 # The same pipeline under the zero-bubble schedule (weight gradients deferred into the waits).
 close "ddp, pp 2 x tp 2, zb-h1 (world 4)" "$reference" \
   "$(losses -n 4 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --schedule zb-h1)" || status=1
+# The generated sample of a pipeline run: the stages' parts gathered on rank 0, the same
+# text as one process's (greedy: --top-k 1).
+sample_of() {  # the sample's lines of one run
+  "$rgrun" "$@" 2>&1 | sed -n '/^sample (/,/^RESULT/p' | grep -v '^RESULT'
+}
+one=$(sample_of -n 1 "$gpt" "${small[@]}" --batch-size 8 --sample-length 40 --top-k 1)
+piped=$(sample_of -n 4 "$gpt" "${small[@]}" --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --sample-length 40 --top-k 1)
+if [ -n "$one" ] && [ "$one" = "$piped" ]; then
+  echo "sample, pp 2 x tp 2 (world 4): the one-process text"
+else
+  printf 'FAILED: the pp 2 x tp 2 sample differs from one process'"'"'s:\n%s\n--- against ---\n%s\n' "$one" "$piped" >&2
+  status=1
+fi
 # Interleaved 1F1B: 4 blocks, each rank holding 2 chunks of one block (stages r and r + 2).
 close "ddp, pp 2 x tp 2, interleaved v 2 (world 4, 4 layers)" "$(losses --strategy ddp --layers 4)" \
   "$(losses -n 4 --layers 4 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --schedule interleaved)" || status=1

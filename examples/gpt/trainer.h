@@ -54,6 +54,7 @@ struct Trainer {
   // --grad-accum: a step's rows on this rank are taken in this many micro-batches.
   int64_t accumulation = 1;
   int64_t pipeline_micro_batches = 1;  // --micro-batches under --pp: each one's loss is 1/m
+  int virtual_stages = 1;              // --schedule interleaved: chunks a rank
 
   Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr, const Groups& g,
           par::PipelineOptions pipe, const Precision& p, par::DDPCommHook comm_hook, int64_t accum,
@@ -62,7 +63,7 @@ struct Trainer {
         scaler(rg::optim::GradScalerOptions{
             .enabled = p.scaled(),
             .agree = s == "ddp" ? rg::optim::GradScalerOptions::Agree{} : par::found_inf_all_reduce(c)}),
-        accumulation(accum) {
+        accumulation(accum), virtual_stages(virtual_stages) {
     auto make = [lr](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
       return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
     };
@@ -274,6 +275,45 @@ struct Trainer {
       return comm.rank() == 0 ? whole : rg::NamedTensors{};
     }
     return comm.rank() == 0 ? model.state_dict() : rg::NamedTensors{};
+  }
+  // --pp above 1: the whole model's state on pp rank 0 (for every pipeline: world rank 0's
+  // samples from it), each tensor sent by the rank whose stage holds it, its tp slices put
+  // together first (the tied embedding: the first stage's copy). Collectives over tp, then
+  // pp. Which rank holds what follows from Stage's cut: block b is in stage s when
+  // s·L/S <= b < (s+1)·L/S (S = v·p stages), stage s on rank s mod p; the embeddings on
+  // rank 0, the final norm on rank p − 1.
+  rg::NamedTensors whole_from_stages() {
+    const rg::NamedTensors mine = par::tp_full_state_dict(*stage);
+    const std::map<std::string, rg::Tensor> held(mine.begin(), mine.end());
+    par::Communicator& pp = groups->pp;
+    const int64_t p = pp.size(), layers = static_cast<int64_t>(model.blocks->size()), stages = p * virtual_stages;
+    auto owner = [&](const std::string& name) -> int64_t {
+      if (name.rfind("ln_f.", 0) == 0) return p - 1;
+      if (name.rfind("blocks.", 0) != 0) return 0;
+      const int64_t b = std::stoll(name.substr(7, name.find('.', 7) - 7));
+      int64_t s = 0;
+      while ((s + 1) * layers / stages <= b) ++s;
+      return s % p;
+    };
+    rg::NamedTensors whole;
+    int tag = 0;
+    for (const auto& [name, t] : model.state_dict()) {
+      const int64_t from = owner(name);
+      auto it = held.find(name);
+      if (pp.rank() == from && from != 0) {
+        RG_CHECK(it != held.end(), "gpt", "expected stage ", from, " to hold '", name, "'");
+        pp.send(it->second.contiguous(), 0, tag);
+      } else if (pp.rank() == 0) {
+        rg::Tensor got = it != held.end() ? it->second : t.detach().clone();  // a buffer: the same everywhere
+        if (from != 0) {
+          got = rg::empty(t.shape(), {.dtype = t.dtype()});
+          pp.recv(got, static_cast<int>(from), tag);
+        }
+        whole.emplace_back(name, got);
+      }
+      ++tag;
+    }
+    return whole;
   }
   // A model's state (this rank's, or its tp slices put together) with each MoE block's
   // experts gathered from the ranks of its ep group (a collective over every ep group): the
