@@ -26,6 +26,10 @@
 
 inline std::optional<int> parse_on_every_rank(ringgrad::parallel::World& world, CLI::App& app,
                                               int argc, char** argv) {
+  if (!world.started()) {  // a wrong setting (world.h): every rank says so and leaves
+    std::fprintf(stderr, "[rank %d/%d] error: %s\n", world.rank(), world.size(), world.setup_error().c_str());
+    return 1;
+  }
   std::optional<int> code;
   try {
     app.parse(argc, argv);

@@ -157,9 +157,31 @@ bool launched_by_mpi() {
          (has_env("SLURM_PROCID") && has_env("SLURM_NTASKS"));
 }
 
+// The settings a World reads, checked before MPI starts: a wrong one ends the program
+// with its message (main_guard), not with an exception from a half-started MPI.
+void check_world_settings() {
+  comm_timeout_seconds();
+  const char* env = std::getenv("RINGGRAD_COMM");
+  std::string choice = env && *env ? env : "auto";
+  RG_CHECK(choice == "auto" || choice == "mpi" || choice == "nccl", "World",
+           "expected RINGGRAD_COMM to be auto, mpi or nccl, got '", choice, "'");
+  if (choice == "nccl")
+    RG_CHECK(cuda::device_count() > 0, "World", "expected a GPU for RINGGRAD_COMM=nccl, got none (",
+             cuda::is_built() ? "the driver reports no usable GPU" : "built without CUDA", ")");
+}
+
 World::World(int& argc, char**& argv) {
   RG_CHECK(!world_exists.exchange(true), "World",
            "expected one World per process, got a second (MPI starts only once)");
+  try {
+    check_world_settings();
+  } catch (const Error& e) {
+    setup_error_ = e.what();
+    launcher_rank_ = env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0);
+    launcher_size_ = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1);
+    world_exists = false;
+    return;
+  }
   try {
     if (launched_by_mpi()) {
       host_ = make_mpi_communicator(argc, argv);
@@ -231,7 +253,17 @@ Device World::device() const {
   return count > 0 ? Device::cuda(local_rank_ % count) : kCPU;
 }
 
+Communicator& World::communicator() {
+  if (!comm_) throw Error(setup_error_);
+  return *comm_;
+}
+
 int main_guard(World& world, const std::function<int()>& body) {
+  if (!world.started()) {  // the same settings, the same error on every rank: no one to abort
+    std::fprintf(stderr, "[rank %d/%d] error: %s\n", world.rank(), world.size(), world.setup_error().c_str());
+    std::fflush(stderr);
+    return 1;
+  }
   std::string what;
   try {
     return body();

@@ -45,15 +45,22 @@ class World {
   World(const World&) = delete;
   World& operator=(const World&) = delete;
 
-  int rank() const { return comm_->rank(); }
-  int size() const { return comm_->size(); }
+  int rank() const { return comm_ ? comm_->rank() : launcher_rank_; }
+  int size() const { return comm_ ? comm_->size() : launcher_size_; }
   int local_rank() const { return local_rank_; }  // rank among the processes on this host
   Device device() const;
-  Communicator& communicator() { return *comm_; }
+  Communicator& communicator();
   bool is_main() const { return rank() == 0; }  // the rank that prints and writes files
+  // A World whose settings were wrong (RINGGRAD_COMM, RINGGRAD_COMM_TIMEOUT_S: checked
+  // before MPI starts) did not start: rank() and size() are the launcher's, main_guard
+  // prints the error and returns 1, and communicator() throws it.
+  bool started() const { return comm_ != nullptr; }
+  const std::string& setup_error() const { return setup_error_; }
 
  private:
   void choose_communicator();  // from the device and RINGGRAD_COMM (above)
+  std::string setup_error_;
+  int launcher_rank_ = 0, launcher_size_ = 1;
 
   std::unique_ptr<Communicator> host_;    // MPI under a launcher, else the world of one
   std::unique_ptr<Communicator> device_;  // NCCL, alone or routed by device; null if none
@@ -69,7 +76,8 @@ bool launched_by_mpi();
 // Runs body() and returns its exit code. If it throws, prints
 // "[rank R/N] error: what()" to stderr and aborts the whole job (every rank
 // ends at once instead of waiting for this one in its next collective), then
-// returns 1. The usual end of main: `return main_guard(world, [&] { … return 0; });`
+// returns 1. A World that did not start (its settings were wrong): prints its error
+// and returns 1 without running body (every rank does the same). The usual end of main: `return main_guard(world, [&] { … return 0; });`
 int main_guard(World& world, const std::function<int()>& body);
 
 // Ends a trace started with trace::start(path, world.rank(), world.size()) on every

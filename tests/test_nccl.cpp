@@ -119,15 +119,29 @@ TEST_CASE("nccl: World picks the backend by device, RINGGRAD_COMM overrides") {
     CHECK(world.communicator().backend_name() == "single");
   }
   {
+    // A wrong setting: the World does not start (checked before MPI would), and says why
+    // when used; main_guard prints it and returns 1.
     ScopedEnv comm("RINGGRAD_COMM", "carrier-pigeon");
-    CHECK(contains(error_of([] { par::World world; }),
-                   "[World] expected RINGGRAD_COMM to be auto, mpi or nccl, got 'carrier-pigeon'"));
+    par::World world;
+    CHECK_FALSE(world.started());
+    CHECK(contains(world.setup_error(), "[World] expected RINGGRAD_COMM to be auto, mpi or nccl, got 'carrier-pigeon'"));
+    CHECK(contains(error_of([&] { world.communicator(); }), "got 'carrier-pigeon'"));
+    bool ran = false;
+    CHECK(par::main_guard(world, [&] { return ran = true, 0; }) == 1);
+    CHECK_FALSE(ran);
+  }
+  {
+    ScopedEnv timeout("RINGGRAD_COMM_TIMEOUT_S", "-1");
+    par::World world;
+    CHECK_FALSE(world.started());
+    CHECK(contains(world.setup_error(), "[RINGGRAD_COMM_TIMEOUT_S] expected a number of seconds > 0"));
   }
   {
     ScopedEnv comm("RINGGRAD_COMM", "nccl");
-    if (!rg::cuda::is_available()) {
-      CHECK(contains(error_of([] { par::World world; }),
-                     "[World] expected a GPU for RINGGRAD_COMM=nccl, got none"));
+    if (!rg::cuda::is_available()) {  // checked before MPI starts, as the settings above
+      par::World world;
+      CHECK_FALSE(world.started());
+      CHECK(contains(world.setup_error(), "[World] expected a GPU for RINGGRAD_COMM=nccl, got none"));
     } else if (!par::nccl_is_built()) {
       CHECK(contains(error_of([] { par::World world; }), "[nccl] built without NCCL"));
     } else {
