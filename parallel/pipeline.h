@@ -18,11 +18,11 @@
 // sends its outputs to rank r + 1, and in backward the gradients travel the other
 // way. The first stage reads the batch (input), the last computes the loss (target);
 // the batch is split into micro-batches along dim 0 so that the stages can work at
-// once. Two schedules, the same gradients (up to the order of floating-point sums):
+// once. Four schedules, the same gradients (up to the order of floating-point sums):
 //   GPipe   every micro-batch's forward, then every backward: simple, but each stage
 //           keeps the activations of all m micro-batches until backward;
 //   1F1B    after p − 1 − r warm-up forwards, stage r alternates one forward and one
-//           backward, so it keeps at most p − r micro-batches' activations.
+//           backward, so it keeps at most p − r micro-batches' activations;
 //   interleaved  Megatron's order over v chunks a rank (m a multiple of p): a micro-batch
 //           goes round the ranks v times, each stage 1/v of the work, so the fill and
 //           drain take 1/v as long: the bubble (p − 1) / (v·m + p − 1), for v times the
@@ -38,10 +38,10 @@
 // in theory (the pipeline filling and draining). ZB-H1's W's fill part of it: with F, B
 // and W taking equal times (p − 1)(t_F + t_B − t_W) of idle time, a share of
 // (p − 1) / (3m + p − 1) for m >= p (ideal_bubble runs any schedule on paper and finds
-// exactly these). forward_backward
-// measures each rank's (time spent waiting for a neighbour) and `bubble()` reports it. With tracing on, each micro-batch's forward ("F3"),
-// backward ("B3") and, under ZB-H1, weight gradients ("W3") are slices on the compute
-// track, the sends and receives on the comm track.
+// exactly these). forward_backward measures each rank's (time spent waiting for a
+// neighbour) and `bubble()` reports it. With tracing on, each micro-batch's forward
+// ("F3"; "F3.1" through chunk 1), backward ("B3") and, under ZB-H1, weight gradients
+// ("W3") are slices on the compute track, the sends and receives on the comm track.
 // The loss of each micro-batch is divided by m, so the gradients accumulate to those
 // of the mean over the batch (for a loss that is a mean over equal micro-batches:
 // the whole batch's loss). Every rank must call forward_backward with the same batch
