@@ -37,24 +37,29 @@ struct LaterFirst {
   }
 };
 
-std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& root,
-                                                 const std::function<bool(const Node&)>* stop) {
-  std::unordered_map<Node*, int> deps;
-  std::vector<Node*> stack{root.get()};
-  std::unordered_map<Node*, bool> seen{{root.get(), true}};
+// Adds to deps, for every node below those on the stack, how many edges lead into it
+// (each node walked once: `seen` holds the nodes already on their way).
+void count_below(std::vector<Node*> stack, std::unordered_set<Node*>& seen,
+                 std::unordered_map<Node*, int>& deps, const std::function<bool(const Node&)>* stop) {
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next) {
       if (!e.node) continue;
       ++deps[e.node.get()];
-      if (!seen[e.node.get()]) {
-        seen[e.node.get()] = true;
+      if (seen.insert(e.node.get()).second) {
         if (stop && (*stop)(*e.node)) continue;  // counted, but not walked past
         stack.push_back(e.node.get());
       }
     }
   }
+}
+
+std::unordered_map<Node*, int> count_dependencies(const std::shared_ptr<Node>& root,
+                                                 const std::function<bool(const Node&)>* stop) {
+  std::unordered_map<Node*, int> deps;
+  std::unordered_set<Node*> seen{root.get()};
+  count_below({root.get()}, seen, deps, stop);
   return deps;
 }
 
@@ -354,15 +359,7 @@ void DeferredBackward::run() {
   }
   for (const Delivered& d : delivered)
     if (seen.insert(d.node.get()).second) stack.push_back(d.node.get());
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (const Edge& e : n->next) {
-      if (!e.node) continue;
-      ++deps[e.node.get()];
-      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
-    }
-  }
+  count_below(std::move(stack), seen, deps, nullptr);
   // What B delivered is there from the start; a node nothing in W feeds is ready at once.
   for (Delivered& d : delivered) {
     Node* n = d.node.get();

@@ -26,10 +26,8 @@
 
 inline std::optional<int> parse_on_every_rank(ringgrad::parallel::World& world, CLI::App& app,
                                               int argc, char** argv) {
-  if (!world.started()) {  // a wrong setting (world.h): every rank says so and leaves
-    std::fprintf(stderr, "[rank %d/%d] error: %s\n", world.rank(), world.size(), world.setup_error().c_str());
-    return 1;
-  }
+  // A wrong setting (world.h): main_guard prints it on every rank and returns 1.
+  if (!world.started()) return ringgrad::parallel::main_guard(world, [] { return 0; });
   std::optional<int> code;
   try {
     app.parse(argc, argv);

@@ -204,10 +204,9 @@ World::World(int& argc, char**& argv) {
 // See world.h: NCCL for CUDA tensors on a GPU host (routed by device), unless
 // RINGGRAD_COMM says otherwise.
 void World::choose_communicator() {
+  // (RINGGRAD_COMM's value, and a GPU for nccl, were checked before MPI started.)
   const char* env = std::getenv("RINGGRAD_COMM");
   std::string choice = env && *env ? env : "auto";
-  RG_CHECK(choice == "auto" || choice == "mpi" || choice == "nccl", "World",
-           "expected RINGGRAD_COMM to be auto, mpi or nccl, got '", choice, "'");
   Device dev = device();
   // This rank's GPU becomes the current device before any CUDA work, so that
   // the compute stream, the memory and NCCL all live on it — whichever backend
@@ -215,8 +214,6 @@ void World::choose_communicator() {
   // a CPU-only program a CUDA context.)
   if (dev.is_cuda() && dev.index != 0) cuda::set_device(dev.index);
   if (choice == "mpi" || (choice == "auto" && !(dev.is_cuda() && nccl_is_built()))) return;
-  RG_CHECK(dev.is_cuda(), "World", "expected a GPU for RINGGRAD_COMM=nccl, got none (",
-           cuda::is_built() ? "the driver reports no usable GPU" : "built without CUDA", ")");
   if (choice == "nccl")
     device_ = make_nccl_communicator(*host_, dev.index);  // now, so that errors show at once
   else

@@ -84,7 +84,8 @@ class Stage : public rg::nn::Module {
     blocks_ = register_module("blocks", std::make_shared<rg::nn::Sequential>());
     const int64_t layers = static_cast<int64_t>(gpt.blocks->size()), stages = int64_t(v) * p;
     for (int c = 0; c < v; ++c) {
-      const int64_t s = int64_t(c) * p + r, begin = s * layers / stages, end = (s + 1) * layers / stages;
+      const int64_t s = int64_t(c) * p + r, begin = first_block(s, stages, layers),
+                    end = first_block(s + 1, stages, layers);
       ranges_.push_back({int64_t(blocks_->size()), int64_t(blocks_->size()) + end - begin});
       for (int64_t b = begin; b < end; ++b)
         blocks_->add(std::to_string(b), std::make_shared<ParallelBlock>(
@@ -101,6 +102,9 @@ class Stage : public rg::nn::Module {
   rg::Tensor forward(const rg::Tensor& x) override { return run(0, first_, last_, x); }
   bool first() const { return first_; }
   bool last() const { return last_; }
+  // The cut: stage s of S holds blocks [first_block(s), first_block(s + 1)) of L; stage s
+  // lives on rank s mod p.
+  static int64_t first_block(int64_t s, int64_t stages, int64_t layers) { return s * layers / stages; }
   // The model chunks for parallel::Pipeline (this stage's v; chunk 0 alone is forward()).
   std::vector<rg::nn::Module*> chunks() {
     std::vector<rg::nn::Module*> out;

@@ -279,9 +279,8 @@ struct Trainer {
   // --pp above 1: the whole model's state on pp rank 0 (for every pipeline: world rank 0's
   // samples from it), each tensor sent by the rank whose stage holds it, its tp slices put
   // together first (the tied embedding: the first stage's copy). Collectives over tp, then
-  // pp. Which rank holds what follows from Stage's cut: block b is in stage s when
-  // s·L/S <= b < (s+1)·L/S (S = v·p stages), stage s on rank s mod p; the embeddings on
-  // rank 0, the final norm on rank p − 1.
+  // pp. Which rank holds what follows from Stage's cut (Stage::first_block, S = v·p
+  // stages, stage s on rank s mod p); the embeddings on rank 0, the final norm on p − 1.
   rg::NamedTensors whole_from_stages() {
     const rg::NamedTensors mine = par::tp_full_state_dict(*stage);
     const std::map<std::string, rg::Tensor> held(mine.begin(), mine.end());
@@ -292,7 +291,7 @@ struct Trainer {
       if (name.rfind("blocks.", 0) != 0) return 0;
       const int64_t b = std::stoll(name.substr(7, name.find('.', 7) - 7));
       int64_t s = 0;
-      while ((s + 1) * layers / stages <= b) ++s;
+      while (Stage::first_block(s + 1, stages, layers) <= b) ++s;
       return s % p;
     };
     rg::NamedTensors whole;
