@@ -107,6 +107,7 @@ class MultiheadAttention : public Module {
                                                  bool average_attn_weights = true);
   std::string describe() const override;
   void reset_parameters();  // torch's: xavier_uniform_ in_proj, zero biases
+  const MultiheadAttentionOptions& options() const { return options_; }
 
   int64_t embed_dim, num_heads, head_dim, kdim, vdim, kv_heads;
   Tensor in_proj_weight, in_proj_bias;  // (3E, E), (3E): q, k, v projections stacked

@@ -6,6 +6,7 @@
 
 #include "ringgrad/autograd/function.h"
 #include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/core/autocast.h"
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/ops.h"
 #include "ringgrad/nn/functional.h"
@@ -154,42 +155,57 @@ ColumnParallelLinear::ColumnParallelLinear(const Tensor& w, const Tensor& b, Com
                                            ColumnParallelOptions options)
     : in_features(w.size(1)), out_features(w.size(0)), tp_(tp), options_(options) {
   const int64_t n = tp.size();
-  RG_CHECK(options.stacked >= 1 && out_features % (options.stacked * n) == 0,
-           "ColumnParallelLinear", "expected out_features ", out_features, " divisible by ",
-           options.stacked > 1 ? "stacked blocks x " : "", "the tensor-parallel size ",
-           options.stacked * n);
-  RG_CHECK(!(options.gather_output && options.stacked > 1), "ColumnParallelLinear",
+  if (options.block_rows.empty()) {
+    RG_CHECK(options.stacked >= 1 && out_features % (options.stacked * n) == 0,
+             "ColumnParallelLinear", "expected out_features ", out_features, " divisible by ",
+             options.stacked > 1 ? "stacked blocks x " : "", "the tensor-parallel size ",
+             options.stacked * n);
+    blocks_.assign(size_t(options.stacked), out_features / options.stacked);
+  } else {
+    blocks_ = options.block_rows;
+    int64_t rows = 0;
+    for (int64_t r : blocks_) {
+      RG_CHECK(r > 0 && r % n == 0, "ColumnParallelLinear",
+               "expected each of block_rows divisible by the "
+               "tensor-parallel size ",
+               n, ", got ", r);
+      rows += r;
+    }
+    RG_CHECK(rows == out_features, "ColumnParallelLinear",
+             "expected block_rows adding up to out_features ", out_features, ", got ", rows);
+  }
+  RG_CHECK(!(options.gather_output && blocks_.size() > 1), "ColumnParallelLinear",
            "expected gather_output only without stacked blocks");
   NoGradGuard no_grad;
   weight = register_parameter("weight", shard("weight", w).clone());
   if (b.defined()) bias = register_parameter("bias", shard("bias", b).clone());
 }
 
-// Rows [r·k, (r+1)·k) of each of the `stacked` blocks of output features, k = out/(stacked·N).
+// Rows [r·k, (r+1)·k) of each block of output features, k = its rows / N, in block order.
 Tensor ColumnParallelLinear::shard(const std::string&, const Tensor& whole) const {
-  const int64_t s = options_.stacked, k = out_features / (s * tp_.size());
-  Shape blocks = whole.shape();
-  blocks[0] = k;
-  blocks.insert(blocks.begin(), s);
-  Shape split = blocks;
-  split[1] = out_features / s;
-  Tensor mine = whole.reshape(split).narrow(1, tp_.rank() * k, k);  // (s, k, …)
-  Shape flat = whole.shape();
-  flat[0] = s * k;
-  return mine.reshape(flat);
+  const int64_t n = tp_.size();
+  std::vector<Tensor> mine;
+  int64_t start = 0;
+  for (int64_t rows : blocks_) {
+    mine.push_back(whole.narrow(0, start + tp_.rank() * (rows / n), rows / n));
+    start += rows;
+  }
+  return mine.size() == 1 ? mine[0] : cat(mine, 0);
 }
 
+// Every rank's slices gathered, then each block's put together in rank order.
 Tensor ColumnParallelLinear::unshard(const std::string&, const Tensor& local) const {
-  const int64_t s = options_.stacked, n = tp_.size(), k = out_features / (s * n);
-  Tensor all = tp_.all_gather(local.detach().contiguous());  // (N, s·k, …)
-  Shape split = all.shape();
-  split[1] = k;
-  split.insert(split.begin() + 1, s);  // (N, s, k, …)
-  Dims order{1, 0};
-  for (int64_t d = 2; d < static_cast<int64_t>(split.size()); ++d) order.push_back(d);
-  Shape whole = local.shape();
-  whole[0] = out_features;
-  return all.reshape(split).permute(order).reshape(whole);  // (s, N, k, …) -> (out, …)
+  const int64_t n = tp_.size();
+  Tensor all = tp_.all_gather(local.detach().contiguous());  // (N, Σ k, …)
+  std::vector<Tensor> whole;
+  int64_t start = 0;
+  for (int64_t rows : blocks_) {
+    Shape shape = local.shape();
+    shape[0] = rows;
+    whole.push_back(all.narrow(1, start, rows / n).reshape(shape));  // (N, k, …) -> (rows, …)
+    start += rows / n;
+  }
+  return whole.size() == 1 ? whole[0] : cat(whole, 0);
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x) {
@@ -258,36 +274,68 @@ std::string RowParallelLinear::describe() const {
 
 // ---------------------------------------------------------------- attention
 
-ParallelSelfAttention::ParallelSelfAttention(const nn::MultiheadAttention& whole,
-                                             Communicator& tp, bool causal, bool sequence_parallel)
-    : embed_dim(whole.embed_dim), num_heads(whole.num_heads), local_heads(0),
+namespace {
+
+// in_proj's blocks of rows: q (E), then k and v (kv_heads·head_dim each).
+std::vector<int64_t> qkv_rows(const nn::MultiheadAttention& whole) {
+  const int64_t kve = whole.kv_heads * whole.head_dim;
+  return {whole.embed_dim, kve, kve};
+}
+
+}  // namespace
+
+ParallelSelfAttention::ParallelSelfAttention(const nn::MultiheadAttention& whole, Communicator& tp,
+                                             bool causal, bool sequence_parallel)
+    : embed_dim(whole.embed_dim),
+      num_heads(whole.num_heads),
+      local_heads(0),
       head_dim(whole.head_dim),
+      kv_heads(whole.kv_heads),
+      local_kv_heads(0),
       in_proj(whole.in_proj_weight, whole.in_proj_bias, tp,
-              {.stacked = 3, .sequence_parallel = sequence_parallel}),
-      out_proj(whole.out_proj, tp, {.input_is_parallel = true, .sequence_parallel = sequence_parallel}),
-      causal_(causal) {
+              {.block_rows = qkv_rows(whole), .sequence_parallel = sequence_parallel}),
+      out_proj(whole.out_proj, tp,
+               {.input_is_parallel = true, .sequence_parallel = sequence_parallel}),
+      causal_(causal),
+      rotary_(whole.options().rotary),
+      rope_theta_(whole.options().rope_theta) {
   RG_CHECK(whole.in_proj_weight.defined(), "ParallelSelfAttention",
            "expected a MultiheadAttention with one embed_dim for q, k and v");
-  RG_CHECK(num_heads % tp.size() == 0, "ParallelSelfAttention", "expected num_heads ", num_heads,
+  RG_CHECK(num_heads % tp.size() == 0 && kv_heads % tp.size() == 0, "ParallelSelfAttention",
+           "expected num_heads ", num_heads, " and kv_heads ", kv_heads,
            " divisible by the tensor-parallel size ", tp.size());
   local_heads = num_heads / tp.size();
+  local_kv_heads = kv_heads / tp.size();
   // The plain layer's names: in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias.
   register_parameter("in_proj_weight", in_proj.weight);
   if (in_proj.bias.defined()) register_parameter("in_proj_bias", in_proj.bias);
   register_module("out_proj", out_proj);
 }
 
-Tensor ParallelSelfAttention::forward(const Tensor& x) {
+Tensor ParallelSelfAttention::forward(const Tensor& x) { return forward(x, Tensor()); }
+
+Tensor ParallelSelfAttention::forward(const Tensor& x, const Tensor& positions) {
   RG_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "ParallelSelfAttention",
            "expected (B, T, ", embed_dim, ") input, got shape ", shape_str(x.shape()));
-  Tensor qkv = in_proj(x);  // (B, T, 3·E/N): this rank's heads of q, k and v (all positions)
+  Tensor qkv = in_proj(x);  // (B, T, (H + 2·K)·D/N): this rank's q, k and v heads
   const int64_t b = qkv.size(0), t = qkv.size(1), e = local_heads * head_dim;
-  auto heads = [&](int64_t i) {
-    return qkv.narrow(2, i * e, e).reshape({b, t, local_heads, head_dim}).transpose(1, 2);
+  auto heads = [&](int64_t start, int64_t count) {
+    return qkv.narrow(2, start * head_dim, count * head_dim)
+        .reshape({b, t, count, head_dim})
+        .transpose(1, 2);
   };
+  Tensor q = heads(0, local_heads), k = heads(local_heads, local_kv_heads);
+  Tensor v = heads(local_heads + local_kv_heads, local_kv_heads);
+  if (rotary_) {  // as the plain layer: q and k rotated at the tokens' positions
+    q = positions.defined() ? nn::rotary_embedding(q, positions, rope_theta_)
+                            : nn::rotary_embedding(q, int64_t{0}, rope_theta_);
+    k = positions.defined() ? nn::rotary_embedding(k, positions, rope_theta_)
+                            : nn::rotary_embedding(k, int64_t{0}, rope_theta_);
+  }
   AttentionOptions options;
   options.causal = causal_;
-  Tensor out = nn::attention(heads(0), heads(1), heads(2), options);  // (B, H/N, T, D)
+  options.enable_gqa = kv_heads != num_heads;
+  Tensor out = nn::attention(q, k, v, options);  // (B, H/N, T, D)
   return out_proj(out.transpose(1, 2).reshape({b, t, e}));
 }
 
@@ -297,6 +345,22 @@ Tensor ParallelSelfAttention::shard(const std::string& name, const Tensor& whole
 
 Tensor ParallelSelfAttention::unshard(const std::string& name, const Tensor& local) const {
   return in_proj.unshard(name, local);
+}
+
+// ---------------------------------------------------------------- Llama's MLP
+
+ParallelSwiGLU::ParallelSwiGLU(const nn::SwiGLU& whole, Communicator& tp)
+    : w1(whole.w1, tp), w2(whole.w2, tp, {.input_is_parallel = true}), w3(whole.w3, tp), tp_(tp) {
+  register_module("w1", w1);
+  register_module("w2", w2);
+  register_module("w3", w3);
+}
+
+Tensor ParallelSwiGLU::forward(const Tensor& x) {
+  Tensor whole = copy_to_tp_region(x, tp_);  // one f for both column layers
+  Tensor hidden =
+      nn::silu(nn::linear(whole, w1.weight, w1.bias)) * nn::linear(whole, w3.weight, w3.bias);
+  return w2(hidden);  // row parallel: the partial sums all-reduced (g)
 }
 
 // ---------------------------------------------------------------- the vocabulary
@@ -351,6 +415,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
 
 Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& target,
                                     Communicator& tp) {
+  if (detail::autocast_widen({&local_logits}))  // under autocast: in float32, as cross_entropy
+    return vocab_parallel_cross_entropy(local_logits.to(kFloat32), target, tp);
   RG_CHECK(target.dtype() == kInt64 && local_logits.dim() == target.dim() + 1,
            "vocab_parallel_cross_entropy", "expected logits (…, V/N) and int64 targets (…), got ",
            shape_str(local_logits.shape()), " and ", target.dtype(), " ", shape_str(target.shape()));

@@ -78,9 +78,12 @@ class TensorParallelModule {
 
 struct ColumnParallelOptions {
   bool gather_output = false;  // all-gather the output slices: every rank gets the whole y
-  // Output features made of `stacked` blocks sliced separately (3: attention's q, k, v
+  // Output features made of `stacked` equal blocks sliced separately (3: attention's q, k, v
   // rows stacked in one in_proj_weight), so each rank keeps the same heads of each.
   int64_t stacked = 1;
+  // Or blocks of these many rows, each sliced separately (grouped-query attention's q, k, v:
+  // E, K·D, K·D rows); overrides `stacked`.
+  std::vector<int64_t> block_rows = {};
   // The input is this rank's sequence shard: all-gather it first (sequence parallelism).
   bool sequence_parallel = false;
   int64_t seq_dim = 1;
@@ -103,6 +106,7 @@ class ColumnParallelLinear : public nn::Module, public TensorParallelModule {
  private:
   Communicator& tp_;
   ColumnParallelOptions options_;
+  std::vector<int64_t> blocks_;  // the whole layer's rows in each block sliced separately
 };
 
 struct RowParallelOptions {
@@ -132,22 +136,50 @@ class RowParallelLinear : public nn::Module, public TensorParallelModule {
 // nn::MultiheadAttention (batch first, one embed_dim for q, k and v): in_proj column
 // parallel (each rank's q, k, v rows of its heads), out_proj row parallel.
 // forward(x) = whole.forward(x, x, x, masks) on every rank; masks: is_causal only.
+// Llama's options of the plain layer carry over: grouped-query attention (kv_heads, which
+// the tp size must divide: rank r keeps K/V heads [r·K/N, …), the ones its query heads
+// read) and rotary embeddings (at the positions forward is given, or 0 … T−1).
 class ParallelSelfAttention : public nn::Module, public TensorParallelModule {
  public:
   // sequence_parallel: x and the output are this rank's sequence shards (B, T/N, E).
   ParallelSelfAttention(const nn::MultiheadAttention& whole, Communicator& tp, bool causal = false,
                         bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
+  // positions: the tokens' global positions for rotary embeddings, int64 (T) or (B or 1, T)
+  // (AttentionMasks::positions); undefined: 0 … T−1.
+  Tensor forward(const Tensor& x, const Tensor& positions);
+  using Module::operator();
+  Tensor operator()(const Tensor& x, const Tensor& positions) {  // through call(): hooks, traces
+    return call(x, [&] { return forward(x, positions); });
+  }
   // in_proj_weight, in_proj_bias: in_proj's slices (out_proj is a module of its own).
   Tensor shard(const std::string& name, const Tensor& whole) const override;
   Tensor unshard(const std::string& name, const Tensor& local) const override;
 
-  int64_t embed_dim, num_heads, local_heads, head_dim;
+  int64_t embed_dim, num_heads, local_heads, head_dim, kv_heads, local_kv_heads;
   ColumnParallelLinear in_proj;
   RowParallelLinear out_proj;
 
  private:
-  bool causal_;
+  bool causal_, rotary_;
+  double rope_theta_;
+};
+
+// Llama's MLP, w2(silu(w1 x) · w3 x), split as Megatron splits it: w1 and w3 column parallel
+// (rank r keeps the same hidden units of both), w2 row parallel; one all-reduce in forward,
+// one in backward (w1 and w3 share their input's f). From a plain nn::SwiGLU; the names are
+// its own (w1, w2, w3).
+class ParallelSwiGLU : public nn::Module {
+ public:
+  ParallelSwiGLU(const nn::SwiGLU& whole, Communicator& tp);
+  Tensor forward(const Tensor& x) override;
+
+  ColumnParallelLinear w1;
+  RowParallelLinear w2;
+  ColumnParallelLinear w3;
+
+ private:
+  Communicator& tp_;
 };
 
 // An embedding with the vocabulary split across the tp group: rank r keeps rows
@@ -171,7 +203,8 @@ class VocabParallelEmbedding : public nn::Module, public TensorParallelModule {
 // — rank r holds classes [r·V/N, (r+1)·V/N), as a ColumnParallelLinear LM head without
 // gather_output makes them — against global class indices. The whole logits never
 // exist on one rank: the max and the sum of exponentials are all-reduced over the
-// shards, and each target's logit comes from the rank that holds it.
+// shards, and each target's logit comes from the rank that holds it. Under autocast in
+// float32 (as nn::cross_entropy).
 Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& target,
                                     Communicator& tp);
 

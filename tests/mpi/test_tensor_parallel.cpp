@@ -9,7 +9,12 @@
 //  * an MLP (ColumnParallelLinear, GELU on slices, RowParallelLinear): the output, the
 //    input's gradient and every weight's gradient (the slice of the plain gradient);
 //  * gather_output and a row layer taking the whole input;
-//  * ParallelSelfAttention (12 heads split N ways), causal and not;
+//  * ParallelSelfAttention (12 heads split N ways), causal and not; and with Llama's options
+//    (24 query heads over 12 K/V heads, rotary embeddings at given positions): the output,
+//    the input's gradient and the weights' (each rank's rows of q, k and v), and
+//    tp_full_state_dict giving back the plain layer's weights;
+//  * ParallelSwiGLU (w1, w3 column parallel, w2 row parallel): the same, and that it
+//    communicates what the GELU MLP does (one all-reduce each way);
 //  * VocabParallelEmbedding and vocab_parallel_cross_entropy (values and gradients);
 //  * sequence parallelism: a pre-norm block on sequence shards (LayerNorms, residuals),
 //    its output, input gradient and every parameter's gradient;
@@ -143,6 +148,89 @@ void check_attention(par::Communicator& tp, bool causal) {
   rg::Tensor g = plain.in_proj_weight.grad().reshape({3, 24, 24});
   check_close(attn.in_proj.weight.grad(), slice(g, 1).reshape({3 * 24 / N, 24}),
               name + ": in_proj's gradient (its heads' rows of q, k, v)");
+}
+
+// Llama's attention: grouped-query (24 query heads over 12 K/V heads, so every N of 1-4
+// divides both) with rotary embeddings at positions that are not 0 … T−1 (a context-parallel
+// zigzag shard's: two runs of positions with a gap; a uniform shift would change nothing, the
+// rotation being relative). Each rank keeps the K/V heads its query heads read.
+void check_llama_attention(par::Communicator& tp) {
+  const std::string name = "GQA + rope attention";
+  rg::manual_seed(12);
+  const int64_t E = 96, H = 24, K = 12, D = E / H;
+  rg::nn::MultiheadAttention plain(E, H, {.batch_first = true, .kv_heads = K, .rotary = true});
+  plain.to(rg::kFloat64);
+  par::ParallelSelfAttention attn(plain, tp, /*causal=*/true);
+  check(attn.local_heads == H / N && attn.local_kv_heads == K / N,
+        name + ": H / N and K / N heads per rank");
+  rg::Tensor positions = rg::cat({rg::arange(0, 3, 1, {.dtype = rg::kInt64}),
+                                  rg::arange(9, 13, 1, {.dtype = rg::kInt64})})
+                             .unsqueeze(0);  // (1, 7)
+  rg::Tensor x1 = input({2, 7, E}, 13), x2 = input({2, 7, E}, 13);
+  rg::Tensor want = plain(x1, x1, x1, {.is_causal = true, .positions = positions});
+  rg::Tensor got = attn(x2, positions);
+  check_close(got, want, name + ": the output");
+  check(max_diff(attn(x2.detach()), want) > 1e-6,
+        name + ": the positions matter (0 … T−1 gives another output)");
+  rg::Tensor weights = input({2, 7, E}, 14).detach();
+  (want * weights).sum().backward();
+  (got * weights).sum().backward();
+  check_close(x2.grad(), x1.grad(), name + ": the input's gradient");
+  rg::Tensor g = plain.in_proj_weight.grad();  // rows: q (E), k (K·D), v (K·D)
+  rg::Tensor mine = rg::cat({slice(g.narrow(0, 0, E), 0), slice(g.narrow(0, E, K * D), 0),
+                             slice(g.narrow(0, E + K * D, K * D), 0)},
+                            0);
+  check_close(attn.in_proj.weight.grad(), mine,
+              name + ": in_proj's gradient (its heads' rows of q, k, v)");
+  check_close(attn.in_proj.bias.grad(),
+              rg::cat({slice(plain.in_proj_bias.grad().narrow(0, 0, E), 0),
+                       slice(plain.in_proj_bias.grad().narrow(0, E, K * D), 0),
+                       slice(plain.in_proj_bias.grad().narrow(0, E + K * D, K * D), 0)},
+                      0),
+              name + ": in_proj's bias gradient");
+  const rg::NamedTensors whole = par::tp_full_state_dict(attn);
+  const rg::NamedTensors want_state = plain.state_dict();
+  bool same = whole.size() == want_state.size();
+  for (size_t i = 0; same && i < whole.size(); ++i)
+    same = whole[i].first == want_state[i].first &&
+           max_diff(whole[i].second, want_state[i].second) == 0;
+  check(same, name + ": tp_full_state_dict gives back the plain layer's weights");
+  mpi_test::check_error(
+      [&] {
+        rg::nn::MultiheadAttention odd(E, H, {.batch_first = true, .kv_heads = 3});
+        par::ParallelSelfAttention bad(odd, tp);
+      },
+      N == 2 || N == 4 ? "kv_heads 3 divisible by the tensor-parallel size" : "(no error)",
+      "K/V heads the tp size does not divide", rank);
+}
+
+// Llama's MLP split: the output, the gradients, and the traffic of the GELU MLP.
+void check_swiglu(par::Communicator& tp) {
+  rg::manual_seed(15);
+  rg::nn::SwiGLU plain(12, 16 * N);
+  plain.to(rg::kFloat64);
+  par::ParallelSwiGLU mlp(plain, tp);
+  rg::Tensor x1 = input({3, 5, 12}, 16), x2 = input({3, 5, 12}, 16);
+  rg::Tensor want = plain(x1);
+  const double before = tp.wire_bytes(par::Collective::AllReduce);
+  const double ops_before = tp.operations(par::Collective::AllReduce);
+  rg::Tensor got = mlp(x2);
+  check_close(got, want, "SwiGLU: the output");
+  rg::Tensor weights = input({3, 5, 12}, 17).detach();
+  (want * weights).sum().backward();
+  (got * weights).sum().backward();
+  const double each = 2.0 * (N - 1) / N * (3 * 5 * 12 * 8);  // an all-reduce of (3, 5, 12) float64
+  if (N > 1)
+    check(tp.operations(par::Collective::AllReduce) - ops_before == 2 &&
+              tp.wire_bytes(par::Collective::AllReduce) - before == 2 * each,
+          "SwiGLU: one all-reduce of the output forward, one of the input's gradient backward");
+  check_close(x2.grad(), x1.grad(), "SwiGLU: the input's gradient");
+  check_close(mlp.w1.weight.grad(), slice(plain.w1.weight.grad(), 0),
+              "SwiGLU: w1's gradient (its rows)");
+  check_close(mlp.w3.weight.grad(), slice(plain.w3.weight.grad(), 0),
+              "SwiGLU: w3's gradient (the same rows)");
+  check_close(mlp.w2.weight.grad(), slice(plain.w2.weight.grad(), 1),
+              "SwiGLU: w2's gradient (its columns)");
 }
 
 // The vocabulary split N ways: the embedding and the cross-entropy of a column-parallel
@@ -315,6 +403,8 @@ int main(int argc, char** argv) {
     check_mlp(tp);
     check_attention(tp, false);
     check_attention(tp, true);
+    check_llama_attention(tp);
+    check_swiglu(tp);
     check_vocabulary(tp);
     check_sequence_parallel(tp);
     check_training(tp);
