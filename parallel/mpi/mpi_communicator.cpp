@@ -8,6 +8,7 @@
 // MPI return error codes instead of killing the process.
 #include "ringgrad/parallel/mpi/mpi_communicator.h"
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -148,10 +149,12 @@ class MpiCommunicator : public Communicator {
       // would hang the job. Leave MPI as it is; the process exits with an error
       // and mpirun then ends every rank (it does so when a rank exits without
       // MPI_Finalize). The thread may be blocked in MPI: let it go.
-      std::fprintf(stderr,
-                   "[rank %d/%d] leaving MPI without finalizing (an exception is "
-                   "propagating); mpirun will end the other ranks\n",
-                   info_->rank, info_->size);  // the rank in the job, also for a group
+      static std::atomic<bool> said{false};  // once a process, not once for each of its groups
+      if (!said.exchange(true))
+        std::fprintf(stderr,
+                     "[rank %d/%d] leaving MPI without finalizing (an exception is "
+                     "propagating); mpirun will end the other ranks\n",
+                     info_->rank, info_->size);  // the rank in the job, also for a group
       thread_.detach();
       return;
     }
