@@ -8,7 +8,7 @@
 # `RGRUN -n N` measures, the largest rank's parameters, gradients and optimizer state and the
 # bytes it sends in a step, in all and by kind of collective with the number of operations
 # of each (which must agree to the byte), and its peak tensor memory (within
-# 10%; Llama's blocks too, in float32 and under autocast). Prints one line per
+# 10%; Llama's blocks too, in float32 and under autocast, and split by tp and pp). Prints one line per
 # layout with the measured/predicted ratio of the peak. ctest runs it as example_gpt_plan.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 RGRUN GPT [ARGS...]" >&2; exit 2; }
@@ -70,5 +70,15 @@ check 2 --strategy zero1 "${llama[@]}" --ff 96
 check 2 --strategy ddp "${llama[@]}" --precision bf16
 check 2 --strategy fsdp "${llama[@]}" --precision bf16 --recompute full
 check 2 --strategy zero2 "${llama[@]}" --precision bf16 --recompute selective --grad-accum 2 --batch-size 4
+# Llama's blocks split: the query and K/V heads and SwiGLU's hidden units over tp, blocks over pp.
+check 2 --dp 1 --tp 2 "${llama[@]}"
+check 2 --dp 1 --pp 2 --micro-batches 4 "${llama[@]}"
+check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 "${llama[@]}" --recompute selective
+check 4 --dp 1 --tp 4 --heads 8 --norm rmsnorm --pos rope --mlp swiglu --kv-heads 4
+# Autocast inside tp and pp: g's all-reduces carry 16-bit GEMM outputs; a first stage's peak
+# is a block's backward.
+check 2 --dp 1 --tp 2 --precision bf16
+check 2 --dp 1 --pp 2 --micro-batches 4 --precision bf16
+check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 "${llama[@]}" --precision bf16
 [ $status -eq 0 ] || echo "FAILED: a prediction missed" >&2
 exit $status

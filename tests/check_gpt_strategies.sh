@@ -6,7 +6,9 @@
 # At world 2 a small GPT trains 20 steps under ddp, zero1, zero2, fsdp, fsdp with context
 # parallelism (--dp 1 --cp 2, one replica of twice the sequences), ddp with tensor
 # parallelism (--tp 2), and at world 4 ddp with pipeline x tensor parallelism (1F1B,
-# ZB-H1 and interleaved); each prints its training loss at step 20 and
+# ZB-H1 and interleaved), Llama's blocks under tp 2, pp 2 x tp 2 and cp 2 x tp 2, and
+# bf16 and fp16 autocast through the pipeline (each against one process in its precision);
+# each prints its training loss at step 20 and
 # its validation loss (the train loss is the mean over steps 11-20). All are the same computation up to the order of float32 sums,
 # so every loss must agree with DDP's within 1e-4 (relative). Then a checkpoint
 # moves between strategies: fsdp trains 10 steps and saves, zero2 resumes to step 20,
@@ -65,6 +67,24 @@ close "ddp, pp 2 x tp 2, interleaved v 2 (world 4, 4 layers)" "$(losses --strate
 "$rgrun" -n 2 "$gpt" "${small[@]}" --strategy fsdp --save "$dir/ckpt" --max-steps 10 \
   > "$dir/save.log" 2>&1 || { cat "$dir/save.log" >&2; echo "FAILED: fsdp --save" >&2; exit 1; }
 close "fsdp 10 steps, zero2 resumes" "$reference" "$(losses --strategy zero2 --resume "$dir/ckpt")" || status=1
+# Llama's blocks (RMSNorm, rotary q/k, SwiGLU, 2 K/V heads of 4) split the same ways: the
+# query and K/V heads and SwiGLU's hidden units over tp, the blocks over pp, the sequences'
+# positions (rotated by their global ones) over cp; one process's losses.
+llama=(--norm rmsnorm --pos rope --mlp swiglu --kv-heads 2)
+llama_reference=$(losses -n 1 "${llama[@]}" --batch-size 8)
+echo "llama, one process           train ${llama_reference% *}  val ${llama_reference#* }"
+close "llama, tp 2" "$llama_reference" "$(losses "${llama[@]}" --dp 1 --tp 2 --batch-size 8)" || status=1
+close "llama, pp 2 x tp 2 (world 4)" "$llama_reference" \
+  "$(losses -n 4 "${llama[@]}" --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --schedule zb-h1)" || status=1
+close "llama, cp 2 x tp 2 (world 4)" "$llama_reference" \
+  "$(losses -n 4 "${llama[@]}" --dp 1 --cp 2 --tp 2 --batch-size 8)" || status=1
+# Autocast inside the pipeline's chunks (their backward run by the schedule, outside it),
+# the loss in float32, fp16's scale and its skipped steps agreed over every rank.
+bf16_reference=$(losses -n 1 --precision bf16 --batch-size 8)
+close "bf16, pp 2 x tp 2 (world 4)" "$bf16_reference" \
+  "$(losses -n 4 --precision bf16 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4)" || status=1
+close "fp16, pp 2 zb-h1, llama" "$(losses -n 1 --precision fp16 "${llama[@]}" --batch-size 8)" \
+  "$(losses --precision fp16 "${llama[@]}" --dp 1 --pp 2 --batch-size 8 --micro-batches 4 --schedule zb-h1)" || status=1
 # Experts (an MoE in every other block, one shared, capacity 1.25): every sequence is one
 # routing group, so every layout routes and drops as one process does; the load-balance
 # loss rides backward from the block (recomputed blocks and pipeline stages included).

@@ -101,6 +101,20 @@ std::shared_ptr<rg::nn::Module> make_norm(const GPTConfig& c) {
   return std::make_shared<rg::nn::LayerNorm>(c.d_model);
 }
 
+// A new norm of the same kind and width holding a copy of `norm`'s weights (a tensor- or
+// pipeline-parallel stage's own, gpt/parallel.h).
+inline std::shared_ptr<rg::nn::Module> copy_norm(const rg::nn::Module& norm) {
+  std::shared_ptr<rg::nn::Module> copy;
+  if (auto* rms = dynamic_cast<const rg::nn::RMSNorm*>(&norm)) {
+    copy = std::make_shared<rg::nn::RMSNorm>(rms->normalized_shape, rms->eps);
+  } else {
+    const auto& ln = dynamic_cast<const rg::nn::LayerNorm&>(norm);
+    copy = std::make_shared<rg::nn::LayerNorm>(ln.normalized_shape, ln.eps);
+  }
+  copy->load_state_dict(norm.state_dict());
+  return copy;
+}
+
 // An MoE block's MLP half: each sequence (row of z) routed as a group of its own; the
 // load-balance loss rides on the output into backward (nn::with_aux_loss), scaled as the
 // trainer scales its loss, so it also reaches the router from inside a recomputed block or
@@ -167,6 +181,9 @@ class Block : public rg::nn::Module {
     if (fc->has_hooks()) return rg::gelu((*fc)(z));
     return fc->call(z, [&] { return rg::nn::linear_gelu(z, fc->weight, fc->bias); });
   }
+
+  // The global positions rope reads (null without rope): the GPT's `positions`.
+  const rg::Tensor* rope_positions() const { return rope_ ? positions_ : nullptr; }
 
   int64_t d_model;
   std::shared_ptr<rg::nn::Module> ln1, ln2;  // LayerNorm or RMSNorm

@@ -16,23 +16,25 @@ namespace gpt {
 namespace par = ringgrad::parallel;
 
 
-// A Block with its heads and MLP split across the tp group (Megatron's layout). GPT-2's
-// blocks only: --norm/--pos/--mlp/--kv-heads other than the defaults are refused with
-// --tp or --pp above 1 (ParallelSelfAttention splits a full-head in_proj, LayerNorm only).
+// A Block with its heads and MLP split across the tp group (Megatron's layout): attention's
+// heads (and grouped-query K/V heads, rotated at the GPT's positions under rope), the GELU
+// MLP's or SwiGLU's hidden units; the norms whole on every rank (LayerNorm or RMSNorm).
 // An MoE block keeps its MoE whole on every tp rank (the plain block's own layer): its
 // input, after attention's all-reduce, is the same on each, so each computes it alike.
 class ParallelBlock : public rg::nn::Module {
  public:
   ParallelBlock(const Block& plain, par::Communicator& tp)
-      : ln1(plain.d_model), ln2(plain.d_model), attn(plain.attn, tp, /*causal=*/true),
-        moe(plain.moe), recompute(plain.recompute), aux_scale(plain.aux_scale) {
-    ln1.load_state_dict(plain.ln1->state_dict());
-    ln2.load_state_dict(plain.ln2->state_dict());
+      : ln1(copy_norm(*plain.ln1)), ln2(copy_norm(*plain.ln2)), attn(plain.attn, tp, /*causal=*/true),
+        moe(plain.moe), recompute(plain.recompute), aux_scale(plain.aux_scale),
+        positions_(plain.rope_positions()) {
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
     if (moe) {
       register_module("moe", moe);
+    } else if (plain.mlp) {
+      mlp = std::make_shared<par::ParallelSwiGLU>(*plain.mlp, tp);
+      register_module("mlp", mlp);
     } else {
       fc = std::make_shared<par::ColumnParallelLinear>(*plain.fc, tp);
       proj = std::make_shared<par::RowParallelLinear>(*plain.proj, tp,
@@ -43,20 +45,28 @@ class ParallelBlock : public rg::nn::Module {
   }
   rg::Tensor forward(const rg::Tensor& x) override {
     return block_forward(
-        recompute, x, [this](const rg::Tensor& in) { return attn(ln1(in)); },
+        recompute, x,
+        [this](const rg::Tensor& in) {
+          return positions_ ? attn((*ln1)(in), positions_->narrow(1, 0, in.size(1))) : attn((*ln1)(in));
+        },
         [this](const rg::Tensor& y) {
-          rg::Tensor z = ln2(y);
-          return moe ? moe_forward(*moe, z, aux_scale) : (*proj)(rg::gelu((*fc)(z)));
+          rg::Tensor z = (*ln2)(y);
+          if (moe) return moe_forward(*moe, z, aux_scale);
+          return mlp ? (*mlp)(z) : (*proj)(rg::gelu((*fc)(z)));
         });
   }
 
-  rg::nn::LayerNorm ln1, ln2;
+  std::shared_ptr<rg::nn::Module> ln1, ln2;  // LayerNorm or RMSNorm, whole
   par::ParallelSelfAttention attn;
-  std::shared_ptr<par::ColumnParallelLinear> fc;  // the split MLP, or
+  std::shared_ptr<par::ColumnParallelLinear> fc;  // the split GELU MLP, or
+  std::shared_ptr<par::ParallelSwiGLU> mlp;       // the split SwiGLU, or
   std::shared_ptr<rg::nn::MoE> moe;               // the whole MoE
   std::shared_ptr<par::RowParallelLinear> proj;
   std::string recompute;     // GPTConfig::recompute
   const double* aux_scale;   // the GPT's (Block::aux_scale)
+
+ private:
+  const rg::Tensor* positions_;  // rope: the GPT's global positions (null: learned positions)
 };
 
 // Pipeline rank r of p over a tp group, built from the whole GPT. Without virtual stages
@@ -75,7 +85,7 @@ class Stage : public rg::nn::Module {
       wte = std::make_unique<par::VocabParallelEmbedding>(gpt.wte, tp);
       register_module("wte", *wte);
     }
-    if (first_) {
+    if (first_ && gpt.wpe) {  // learned positions (with rope the blocks rotate q and k)
       wpe = std::make_unique<rg::nn::Embedding>(gpt.wpe->num_embeddings, gpt.wpe->embedding_dim);
       wpe->load_state_dict(gpt.wpe->state_dict());
       register_module("wpe", *wpe);
@@ -93,9 +103,8 @@ class Stage : public rg::nn::Module {
       chunks_.push_back(std::make_shared<Chunk>(*this, c, c == 0 && first_, c == v - 1 && last_));
     }
     if (last_) {
-      ln_f = std::make_unique<rg::nn::LayerNorm>(gpt.wte.embedding_dim);
-      ln_f->load_state_dict(gpt.ln_f->state_dict());
-      register_module("ln_f", *ln_f);
+      ln_f = copy_norm(*gpt.ln_f);
+      register_module("ln_f", ln_f);
     }
   }
   // first: tokens -> hidden; last: -> this rank's slice of the vocabulary's logits.
@@ -113,8 +122,12 @@ class Stage : public rg::nn::Module {
   }
 
   std::unique_ptr<par::VocabParallelEmbedding> wte;
-  std::unique_ptr<rg::nn::Embedding> wpe;
-  std::unique_ptr<rg::nn::LayerNorm> ln_f;
+  std::unique_ptr<rg::nn::Embedding> wpe;  // null with --pos rope
+  std::shared_ptr<rg::nn::Module> ln_f;     // LayerNorm or RMSNorm
+  // --precision bf16/fp16: every chunk's forward runs under autocast to this dtype (the
+  // pipeline's backward, run by its schedule, then outside it, as a plain backward is).
+  rg::DType autocast_dtype = rg::kFloat32;
+  bool autocast = false;
 
  private:
   // One chunk: a view of the stage's modules (its parameters are the stage's, not its own).
@@ -126,7 +139,9 @@ class Stage : public rg::nn::Module {
     bool first, last;
   };
   rg::Tensor run(int chunk, bool first, bool last, const rg::Tensor& x) {
-    rg::Tensor h = first ? (*wte)(x) + (*wpe)(gpt_.positions.narrow(1, 0, x.size(1))) : x;
+    rg::autocast amp(rg::kCPU, autocast_dtype, autocast);  // off for fp32
+    rg::Tensor h = x;
+    if (first) h = wpe ? (*wte)(x) + (*wpe)(gpt_.positions.narrow(1, 0, x.size(1))) : (*wte)(x);
     for (int64_t b = ranges_[size_t(chunk)].first; b < ranges_[size_t(chunk)].second; ++b)
       h = (*blocks_)[static_cast<size_t>(b)](h);
     if (!last) return h;

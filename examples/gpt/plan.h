@@ -45,6 +45,9 @@
 //   peak        the largest of the step's moments: the state between steps (parameters,
 //               DDP's gradient buckets where DDP averages, optimizer state, the step's batch)
 //               plus, at the start of backward, every activation and the logits' gradient;
+//               or, in a block's backward, every activation (a stage's, beside the gradient
+//               the next stage sent) and the MLP's hidden gradients (measured per option and
+//               precision: Kept::backward), the pipeline's first stage's largest moment;
 //               with recomputation, at the recomputed block's backward, the kept inputs plus
 //               one block's whole activations; at the end of backward the gradients.
 //   work        not memory: the step's FLOPs in GEMMs and in attention, recomputation's
@@ -145,9 +148,9 @@ inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp
     out.push_back({E * E / t, u});  // out_proj: its input split, its bias whole
     out.push_back({E, u});
     norm(u);
-    if (c.mlp == "swiglu") {
+    if (c.mlp == "swiglu") {  // w1 and w3 split by rows, w2 by columns
       const int64_t h = c.hidden();
-      for (int i = 0; i < 3; ++i) out.push_back({h * E, u});
+      for (int i = 0; i < 3; ++i) out.push_back({h / t * E, u});
     } else {
       out.push_back({4 * E / t * E, u});
       out.push_back({4 * E / t, u});
@@ -198,6 +201,7 @@ struct Kept {
   double block = 0, head = 0;  // bytes
   double block_whole = 0;      // bytes of one block without recomputation (its recomputation's peak)
   double mlp_grads = 0;        // bytes of the MLP's gradients alive at once in its backward
+  double backward = 0;         // bytes a block's backward holds above what it frees (no recomputation)
 };
 
 inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
@@ -208,21 +212,28 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
   // The MLP's backward: the hidden layer's gradients before and after GELU, the block input's,
   // fc's weight's (SwiGLU: those of w1's, w3's and the product, and their weights').
   const double hidden = double(c.hidden());
-  k.mlp_grads = c.mlp == "swiglu" ? 4 * (3 * b * T * hidden + bTE + 2 * hidden * E)
+  k.mlp_grads = c.mlp == "swiglu" ? 4 * (3 * b * T * hidden / t + bTE + 2 * hidden * E / t)
                                   : 4 * (6 * bTE / t + bTE + 4 * E * E / t);
+  // A block's backward, measured (the pipeline's first stage, where no loss gradient hides
+  // it): the MLP's hidden gradients, 5 bytes a hidden unit of GELU's, 8 of SwiGLU's (its three
+  // hidden tensors' gradients) in float32; under autocast 7.5 for either, and the block's
+  // output gradient cast to 16 bits beside its float32 self (6 bytes a number, whole on every
+  // tp rank). Rotary embeddings, RMSNorm and grouped-query attention change none of it.
+  k.backward = l.precision == "fp32" ? (c.mlp == "swiglu" ? 8 : 5) * hidden * bT / t : 6 * bTE + 7.5 * hidden * bT / t;
   if (l.precision == "fp32") {
-    // Llama's options, measured per block beside GPT-2's (numbers; tp 1: the 4D path takes
-    // GPT-2's blocks only): RMSNorm keeps its normalised input beside its input, and one
-    // statistic a row instead of two; grouped-query attention smaller k and v, and (for
-    // 1 < K < H heads) k and v repeated for the heads; rotary embeddings rotated q and k and
-    // contiguous copies of q, k and v; SwiGLU five hidden-sized tensors (w1's and w3's outputs,
-    // silu's input and output, their product) instead of GELU's two of 4E.
+    // Llama's options, measured per block beside GPT-2's (numbers): RMSNorm keeps its
+    // normalised input beside its input, and one statistic a row instead of two (whole on
+    // every tp rank); grouped-query attention smaller k and v, and (for 1 < K < H heads) k and
+    // v repeated for the heads; rotary embeddings rotated q and k and contiguous copies of q,
+    // k and v; SwiGLU five hidden-sized tensors (w1's and w3's outputs, silu's input and
+    // output, their product) instead of GELU's two of 4E. Under --tp the heads' and the
+    // hidden units' tensors are this rank's share (1/t).
     const double kv = c.kv_heads == 0 ? H : double(c.kv_heads), r = kv / H;
     double attention_extra = 0, mlp_extra = 0;
     if (c.norm == "rmsnorm") attention_extra += bTE - bT, mlp_extra += bTE - bT;
-    if (kv < H) attention_extra += -2 * (1 - r) * bTE + (kv > 1 ? 2 * bTE : 0);
-    if (c.pos == "rope") attention_extra += (2 + 3 * r) * bTE;
-    if (c.mlp == "swiglu") mlp_extra += 5 * hidden * bT - 8 * bTE;
+    if (kv < H) attention_extra += (-2 * (1 - r) * bTE + (kv > 1 ? 2 * bTE : 0)) / t;
+    if (c.pos == "rope") attention_extra += (2 + 3 * r) * bTE / t;
+    if (c.mlp == "swiglu") mlp_extra += (5 * hidden * bT - 8 * bTE) / t;
     const double whole = 4 * (4 * bTE + 12 * bTE / t + merge + (4 + H / t) * bT + attention_extra + mlp_extra);
     k.block_whole = whole;
     if (c.recompute == "full")
@@ -240,22 +251,25 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
     // input), for GELU's two of 4E; the bfloat16 weight copies follow the shapes. Grouped-query
     // attention's activations are left out: measured with 1 and 2 K/V heads of 4, at two widths
     // and two lengths, the peak moved by under 1% (why its smaller k and v save nothing here is
-    // not derived yet).
+    // not derived yet). Under --tp the residual stream, the norms and their outputs' bfloat16
+    // copies (each GEMM's whole input) are whole on every rank; the heads' and hidden units'
+    // tensors and the weights' copies are this rank's share (1/t).
     const double kv = c.kv_heads == 0 ? H : double(c.kv_heads), r = kv / H;
     double attention_extra = 0, mlp_extra = 0, head_extra = 0;
     if (c.norm == "rmsnorm") attention_extra += 4 * (bTE - bT), mlp_extra += 4 * (bTE - bT), head_extra += 4 * (bTE - bT);
-    if (c.pos == "rope") attention_extra += 2 * (2 + 3 * r) * bTE;
-    attention_extra -= 2 * 2 * (1 - r) * E * E;  // the k and v weights' copies
-    if (c.mlp == "swiglu") mlp_extra += 2 * (5 * hidden * bT - 7 * bTE) + 2 * (3 * hidden * E - 8 * E * E);
-    const double whole = 4 * 2 * bTE + 2 * 15 * bTE + 4 * 4 * bT + 4 * H * bT + 2 * 12 * E * E + attention_extra + mlp_extra;
+    if (c.pos == "rope") attention_extra += 2 * (2 + 3 * r) * bTE / t;
+    attention_extra -= 2 * 2 * (1 - r) * E * E / t;  // the k and v weights' copies
+    if (c.mlp == "swiglu") mlp_extra += 2 * (5 * hidden * bT - 8 * bTE) / t + 2 * bTE + 2 * (3 * hidden * E - 8 * E * E) / t;
+    const double whole = 4 * 2 * bTE + 2 * 2 * bTE + 2 * 13 * bTE / t + 4 * 4 * bT + 4 * H / t * bT + 2 * 12 * E * E / t +
+                         attention_extra + mlp_extra;
     k.block_whole = whole;
     if (c.recompute == "full")
       k.block = 4 * bTE;
     else if (c.recompute == "selective")  // x, y float32; ln1's output, q, k, v, attention's two
-      k.block = 4 * 2 * bTE + 2 * 6 * bTE + 4 * 2 * bT + 4 * H * bT + 2 * 4 * E * E + attention_extra;
+      k.block = 4 * 2 * bTE + 2 * bTE + 2 * 5 * bTE / t + 4 * 2 * bT + 4 * H / t * bT + 2 * 4 * E * E / t + attention_extra;
     else
       k.block = whole;
-    k.head = 4 * bTE + 2 * bTE + 4 * 2 * bT + 2 * V * E + 4 * bT * V + 4 * bT + head_extra;
+    k.head = 4 * bTE + 2 * bTE + 4 * 2 * bT + 2 * V / t * E + 4 * bT * V / t + 4 * bT + head_extra;
   }
   return k;
 }
@@ -395,6 +409,9 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     // travelling with them.
     const double ring = l.cp > 1 ? 4 * 4 * bTE / double(l.tp) : 0;
     double moment = r.activations + logits_grad + gathered + ring;
+    // Or a block's backward: the last stage's after the head's (its tensors gone), another's
+    // beside the gradient the next stage sent (float32: the residual stream's).
+    moment = std::max(moment, r.activations + (last ? -k.head : 4 * bTE) + k.backward + gathered + ring);
     // A recomputed block's backward: its whole activations at once, and the MLP's gradients.
     if (c.recompute != "none")
       moment = std::max(moment, r.activations - (last ? k.head : 0) + k.block_whole - k.block + ring + k.mlp_grads);
@@ -427,7 +444,11 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     const int64_t t = l.tp;
     if (t > 1) {  // tp: per block f's backward and g's forward, for attention and the MLP (budget.h)
       const double extra = c.recompute == "full" ? 2 : c.recompute == "selective" ? 1 : 0;  // g again
-      sent.add(Axis::Tp, K::AllReduce, forwards * m * ((4 + extra) * blocks + first + last), all_reduce_bytes(act, t));
+      // Under autocast g sums the row-parallel GEMMs' 16-bit outputs; f's gradients, the
+      // embedding's rows and the head's input stay float32.
+      const double g_bytes = l.precision == "fp32" ? act : act / 2;
+      sent.add(Axis::Tp, K::AllReduce, forwards * m * (2 * blocks + first + last), all_reduce_bytes(act, t));
+      sent.add(Axis::Tp, K::AllReduce, forwards * m * (2 + extra) * blocks, all_reduce_bytes(g_bytes, t));
       if (last) sent.add(Axis::Tp, K::AllReduce, forwards * m * 3, all_reduce_bytes(4 * b * T, t));  // the loss
     }
     if (l.pp > 1) {  // pp: activations forward (after a header) and gradients back, the loss, the tied embedding

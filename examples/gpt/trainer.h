@@ -60,9 +60,7 @@ struct Trainer {
           par::PipelineOptions pipe, const Precision& p, par::DDPCommHook comm_hook, int64_t accum,
           int virtual_stages = 1)
       : strategy(s), model(m), comm(c), precision(p),
-        scaler(rg::optim::GradScalerOptions{
-            .enabled = p.scaled(),
-            .agree = s == "ddp" ? rg::optim::GradScalerOptions::Agree{} : par::found_inf_all_reduce(c)}),
+        scaler(rg::optim::GradScalerOptions{.enabled = p.scaled(), .agree = agreement(s, c, g)}),
         accumulation(accum), virtual_stages(virtual_stages) {
     auto make = [lr](std::vector<rg::Tensor> p) -> std::unique_ptr<rg::optim::Optimizer> {
       return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
@@ -72,6 +70,7 @@ struct Trainer {
                "is averaged over the (dp, cp) group after each pipeline step), got ", s);
       groups = &g;
       stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp, virtual_stages);
+      stage->autocast_dtype = p.dtype(), stage->autocast = p.mixed();
       pipeline = std::make_unique<par::Pipeline>(stage->chunks(), g.pp, pipe);
       pipeline_micro_batches = pipe.micro_batches;
       adamw = make(stage->parameters());
@@ -111,6 +110,18 @@ struct Trainer {
     }
   }
 
+  // How the ranks agree on skipping an fp16 step. Under plain DDP every rank unscales the
+  // same averaged gradients: nothing to agree. Where ranks hold different gradients (ZeRO's
+  // and FSDP's shards, experts, a stage's or a tp slice's parameters) any rank's inf or NaN
+  // skips the step everywhere: a Max over the data group, then over (pp, tp).
+  static rg::optim::GradScalerOptions::Agree agreement(const std::string& s, par::Communicator& c, const Groups& g) {
+    const bool pipelined = g.tp.size() > 1 || g.pp_size > 1;
+    if (s == "ddp" && !g.ep && !pipelined) return {};
+    if (!pipelined) return par::found_inf_all_reduce(c);
+    return [data = par::found_inf_all_reduce(c), stages = par::found_inf_all_reduce(g.pp_tp)](bool found) {
+      return stages(data(found));
+    };
+  }
   static bool is_expert(const std::string& name) { return name.find(".moe.experts.") != std::string::npos; }
   // This rank's experts' parameters (every MoE block's).
   std::vector<rg::Tensor> expert_parameters() const {
@@ -161,11 +172,14 @@ struct Trainer {
     for (int64_t k = 0; k < accumulation; ++k) {
       const bool quiet = k + 1 < accumulation;
       if (pipeline) {  // gradients accumulate in the stage; the all-reduces come after the last
-        model.aux_scale = share / double(pipeline_micro_batches);
+        // (The stage's chunks run under autocast; the loss, scaled for fp16, as a plain step's.)
+        model.aux_scale = share / double(pipeline_micro_batches) * scaler.get_scale();
         sum += pipeline->forward_backward(micro(tokens, k), micro(targets, k),
                                           [this, share](const rg::Tensor& logits, const rg::Tensor& t) {
-                                            return vocab_parallel_loss()(logits, t) * share;
-                                          });
+                                            rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());
+                                            return scaler.scale(vocab_parallel_loss()(logits, t) * share);
+                                          }) /
+               scaler.get_scale();  // (a power of two: exact)
         continue;
       }
       std::optional<par::DistributedDataParallel::NoSync> ddp_quiet;
@@ -212,7 +226,10 @@ struct Trainer {
     double sum = 0;
     for (int64_t k = 0; k < accumulation; ++k) {
       if (pipeline) {
-        sum += pipeline->evaluate(micro(tokens, k), micro(targets, k), vocab_parallel_loss());
+        sum += pipeline->evaluate(micro(tokens, k), micro(targets, k), [this](const rg::Tensor& logits, const rg::Tensor& t) {
+          rg::autocast amp(rg::kCPU, precision.dtype(), precision.mixed());
+          return vocab_parallel_loss()(logits, t);
+        });
         continue;
       }
       rg::NoGradGuard no_grad;
@@ -222,6 +239,7 @@ struct Trainer {
     return sum / double(accumulation);
   }
   double clip(double max_norm) {
+    scaler.unscale_(zero_step ? *zero_step : zero ? zero->local_optimizer() : *adamw);  // fp16 only
     if (pipeline) {  // Σ g² over one whole model: each parameter counted once, then summed
       rg::NoGradGuard no_grad;
       std::vector<rg::Tensor> mine;
@@ -239,7 +257,6 @@ struct Trainer {
       rg::optim::scale_grads_to_norm(stage->parameters(), norm, max_norm);
       return norm;
     }
-    scaler.unscale_(zero_step ? *zero_step : zero ? zero->local_optimizer() : *adamw);  // fp16 only
     if (fsdp) return fsdp->clip_grad_norm_(max_norm);
     if (zero) return zero->clip_grad_norm_(max_norm);
     if (groups->ep) {  // Σ g²: the dense parameters here, every expert once over the ep group
