@@ -462,30 +462,35 @@ std::vector<Entry> entries(nn::Module& model) {
 
 }  // namespace
 
-NamedTensors tp_full_state_dict(nn::Module& model) {
-  std::map<std::string, Tensor> whole;
+NamedTensors tp_unshard(nn::Module& model, const NamedTensors& local) {
+  std::map<std::string, Entry> by_name;
+  for (Entry& e : entries(model)) by_name.emplace(e.name, e);
   NoGradGuard no_grad;
-  for (Entry& e : entries(model)) {
-    auto* tp = dynamic_cast<TensorParallelModule*>(e.owner);
-    whole[e.name] = tp ? tp->unshard(e.local, e.tensor) : e.tensor.detach().clone();
+  NamedTensors whole;
+  for (const auto& [name, t] : local) {
+    auto it = by_name.find(name);
+    auto* tp = it == by_name.end() ? nullptr : dynamic_cast<TensorParallelModule*>(it->second.owner);
+    whole.emplace_back(name, tp ? tp->unshard(it->second.local, t) : t.detach().clone());
   }
-  NamedTensors state;
-  for (auto& [name, t] : model.state_dict()) state.emplace_back(name, whole.at(name));
-  return state;
+  return whole;
 }
 
-void tp_load_full_state_dict(nn::Module& model, const NamedTensors& state) {
-  std::map<std::string, Tensor> given(state.begin(), state.end());
+NamedTensors tp_shard(nn::Module& model, const NamedTensors& whole) {
+  std::map<std::string, Entry> by_name;
+  for (Entry& e : entries(model)) by_name.emplace(e.name, e);
   NamedTensors local;
-  for (Entry& e : entries(model)) {
-    auto it = given.find(e.name);
-    if (it == given.end()) continue;  // load_state_dict below names what is missing
-    auto* tp = dynamic_cast<TensorParallelModule*>(e.owner);
-    local.emplace_back(e.name, tp ? tp->shard(e.local, it->second) : it->second);
-    given.erase(it);
+  for (const auto& [name, t] : whole) {
+    auto it = by_name.find(name);
+    auto* tp = it == by_name.end() ? nullptr : dynamic_cast<TensorParallelModule*>(it->second.owner);
+    local.emplace_back(name, tp ? tp->shard(it->second.local, t) : t);
   }
-  for (auto& [name, t] : given) local.emplace_back(name, t);  // unexpected: named below
-  model.load_state_dict(local);
+  return local;
+}
+
+NamedTensors tp_full_state_dict(nn::Module& model) { return tp_unshard(model, model.state_dict()); }
+
+void tp_load_full_state_dict(nn::Module& model, const NamedTensors& state) {
+  model.load_state_dict(tp_shard(model, state));  // (load_state_dict names what is missing or unexpected)
 }
 
 }  // namespace ringgrad::parallel

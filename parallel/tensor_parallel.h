@@ -213,5 +213,11 @@ Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& ta
 NamedTensors tp_full_state_dict(nn::Module& model);
 // Loads a whole (plain) state dict: each tensor-parallel layer keeps its slices.
 void tp_load_full_state_dict(nn::Module& model, const NamedTensors& state);
+// The same for any tensors named and shaped like the model's parameters (an optimizer's
+// moments, a gradient): this rank's slices made whole (a collective over the tp group:
+// every rank passes the same names in the same order), and whole ones cut to this rank's
+// slices. A name the model does not have is passed through as it is.
+NamedTensors tp_unshard(nn::Module& model, const NamedTensors& local);
+NamedTensors tp_shard(nn::Module& model, const NamedTensors& whole);
 
 }  // namespace ringgrad::parallel

@@ -11,8 +11,9 @@
 //  * gather_output and a row layer taking the whole input;
 //  * ParallelSelfAttention (12 heads split N ways), causal and not; and with Llama's options
 //    (24 query heads over 12 K/V heads, rotary embeddings at given positions): the output,
-//    the input's gradient and the weights' (each rank's rows of q, k and v), and
-//    tp_full_state_dict giving back the plain layer's weights;
+//    the input's gradient and the weights' (each rank's rows of q, k and v),
+//    tp_full_state_dict giving back the plain layer's weights, and tp_unshard / tp_shard
+//    doing the same for the gradients (as for any tensor shaped like a parameter);
 //  * ParallelSwiGLU (w1, w3 column parallel, w2 row parallel): the same, and that it
 //    communicates what the GELU MLP does (one all-reduce each way);
 //  * VocabParallelEmbedding and vocab_parallel_cross_entropy (values and gradients);
@@ -195,6 +196,12 @@ void check_llama_attention(par::Communicator& tp) {
     same = whole[i].first == want_state[i].first &&
            max_diff(whole[i].second, want_state[i].second) == 0;
   check(same, name + ": tp_full_state_dict gives back the plain layer's weights");
+  // Any tensor shaped like a parameter (here its gradient; an optimizer's moments alike).
+  const rg::NamedTensors grads = par::tp_unshard(attn, {{"in_proj_weight", attn.in_proj.weight.grad()},
+                                                        {"out_proj.weight", attn.out_proj.weight.grad()}});
+  check_close(grads[0].second, plain.in_proj_weight.grad(), name + ": tp_unshard of in_proj's gradient = the plain one");
+  check_close(grads[1].second, plain.out_proj.weight.grad(), name + ": tp_unshard of out_proj's gradient = the plain one");
+  check_close(par::tp_shard(attn, grads)[0].second, attn.in_proj.weight.grad(), name + ": tp_shard cuts it back");
   mpi_test::check_error(
       [&] {
         rg::nn::MultiheadAttention odd(E, H, {.batch_first = true, .kv_heads = 3});
