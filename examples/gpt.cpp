@@ -70,9 +70,10 @@
 // --save PATH writes one checkpoint file (optim/checkpoint.h): the model (whole, from any
 // strategy), the optimizer state (whole, in the form a plain AdamW writes), the schedule,
 // under --precision fp16 the GradScaler's state, and the step reached, at the end and
-// every --save-every steps; --resume PATH continues from it under any strategy and world
-// size, and under the same ones ends with the same bits as a run never stopped (each
-// step's batch is drawn from the seed and the step).
+// every --save-every steps; --resume PATH continues from it under any strategy, layout
+// (--dp/--pp/--cp/--tp: gpt/stage_state.h puts the stages' slices together and cuts them
+// again) and world size, and under the same ones ends with the same bits as a run never
+// stopped (each step's batch is drawn from the seed and the step).
 // --max-steps N stops after step N (the schedule still spans --steps), to resume later.
 // --trace FILE.json writes a Chrome trace of one step: FSDP's all-gathers and
 // reduce-scatters, DDP's buckets or the ring's K/V transfers on each rank's comm track.
@@ -343,8 +344,9 @@ int main(int argc, char** argv) {
              "gpt", "expected --budget with --strategy ddp, --cp 1, --grad-accum 1 and --steps >= 2 "
              "(its formulas count those; chapters 2 and 5 count the others), got --strategy ", strategy,
              " --cp ", cp, " --grad-accum ", grad_accum, " --steps ", steps);
-    RG_CHECK((tp == 1 && pp == 1) || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
-             "expected no --save or --resume with --tp or --pp above 1 (not yet)");
+    RG_CHECK((tp == 1 && pp == 1) || ep == 1 || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
+             "expected no --save or --resume with --ep and --tp or --pp above 1 (not yet: the experts are not "
+             "gathered across stages)");
     if (config.experts > 0) {
       RG_CHECK(config.experts_per_token <= config.experts, "gpt", "expected --experts-per-token at most --experts ",
                config.experts, ", got ", config.experts_per_token);
@@ -653,12 +655,11 @@ int main(int argc, char** argv) {
     if (plan.check_plan && world.is_main()) print_plan_check(config, layout, mb, sent_by_kind);  // CHECK lines
     const double val = validation_loss();
 
-    // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy.
-    // (With --tp or --pp: the model gathered from the tp slices and, for the sample, from
-    // the stages; saving with --tp or --pp is refused above.)
+    // Saving: the whole model and optimizer state, gathered on rank 0 whatever the strategy
+    // or layout (with --tp or --pp: put together from the tp slices and the stages).
     std::map<std::string, std::string> optim_meta;
     rg::NamedTensors optim_state, model_state;
-    if (!trainer.pipeline) {
+    if (!trainer.pipeline || !ckpt.save_path.empty()) {
       optim_state = trainer.optimizer_state(&optim_meta);
       model_state = trainer.model_state();
     } else if (pp == 1) {

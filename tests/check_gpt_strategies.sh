@@ -13,7 +13,8 @@
 # so every loss must agree with DDP's within 1e-4 (relative). Then a checkpoint
 # moves between strategies: fsdp trains 10 steps and saves, zero2 resumes to step 20,
 # and must end where DDP's straight 20 steps ended (the batches depend only on the
-# step, and model and AdamW state travel whole). Then a Mixture of Experts run in one
+# step, and model and AdamW state travel whole), and between fsdp, ddp and pp 2 x tp 2
+# (in the same layout: the same bytes as never stopping). Then a Mixture of Experts run in one
 # process against ddp, zero2, fsdp, expert parallelism (ep 2 at world 2 and 4, with
 # accumulation, and with tp 2, pp 2, cp 2, pp 2 x cp 2 at world 8, and all five dimensions
 # at world 16), recomputation, tp 2
@@ -67,6 +68,24 @@ close "ddp, pp 2 x tp 2, interleaved v 2 (world 4, 4 layers)" "$(losses --strate
 "$rgrun" -n 2 "$gpt" "${small[@]}" --strategy fsdp --save "$dir/ckpt" --max-steps 10 \
   > "$dir/save.log" 2>&1 || { cat "$dir/save.log" >&2; echo "FAILED: fsdp --save" >&2; exit 1; }
 close "fsdp 10 steps, zero2 resumes" "$reference" "$(losses --strategy zero2 --resume "$dir/ckpt")" || status=1
+# Checkpoints across layouts (gpt/stage_state.h): the stages' tp slices put together into
+# the one-file form, and cut again: fsdp's resumes under pp 2 x tp 2, pp 2 x tp 2's under
+# ddp; and in the same layout a resumed run's final checkpoint is the uninterrupted one's,
+# byte for byte.
+pipe=(--dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4)
+close "fsdp 10 steps, pp 2 x tp 2 resumes" "$reference" "$(losses -n 4 "${pipe[@]}" --resume "$dir/ckpt")" || status=1
+"$rgrun" -n 4 "$gpt" "${small[@]}" "${pipe[@]}" --save "$dir/pipe-half" --max-steps 10 > "$dir/pipe.log" 2>&1 ||
+  { cat "$dir/pipe.log" >&2; echo "FAILED: pp 2 x tp 2 --save" >&2; exit 1; }
+close "pp 2 x tp 2 10 steps, ddp resumes" "$reference" "$(losses --strategy ddp --resume "$dir/pipe-half")" || status=1
+"$rgrun" -n 4 "$gpt" "${small[@]}" "${pipe[@]}" --resume "$dir/pipe-half" --save "$dir/pipe-resumed" > "$dir/pipe.log" 2>&1 &&
+  "$rgrun" -n 4 "$gpt" "${small[@]}" "${pipe[@]}" --save "$dir/pipe-whole" > "$dir/pipe.log" 2>&1 ||
+  { cat "$dir/pipe.log" >&2; echo "FAILED: pp 2 x tp 2 --resume/--save" >&2; exit 1; }
+if cmp -s "$dir/pipe-resumed" "$dir/pipe-whole"; then
+  echo "pp 2 x tp 2 10 + 10 steps       the uninterrupted run's checkpoint, byte for byte"
+else
+  echo "FAILED: pp 2 x tp 2 resumed at step 10 ends with another checkpoint than 20 steps straight" >&2
+  status=1
+fi
 # Llama's blocks (RMSNorm, rotary q/k, SwiGLU, 2 K/V heads of 4) split the same ways: the
 # query and K/V heads and SwiGLU's hidden units over tp, the blocks over pp, the sequences'
 # positions (rotated by their global ones) over cp; one process's losses.

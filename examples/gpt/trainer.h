@@ -25,6 +25,7 @@
 #include "../precision.h"
 #include "model.h"
 #include "parallel.h"
+#include "stage_state.h"
 
 namespace gpt {
 
@@ -285,7 +286,10 @@ struct Trainer {
   // The whole model and optimizer state, on rank 0, in the form an unsharded model
   // and a plain AdamW over model.parameters() write (collectives: every rank calls).
   rg::NamedTensors model_state() {
-    RG_CHECK(!pipeline, "gpt", "expected --save without --tp/--pp (not yet: each stage holds part of the model)");
+    if (pipeline) {  // every rank takes part; world rank 0 (pp rank 0 of replica 0) keeps it
+      rg::NamedTensors whole = whole_from_stages();
+      return comm.rank() == 0 ? whole : rg::NamedTensors{};
+    }
     if (fsdp) return fsdp->full_state_dict(0);
     if (groups->ep) {  // every rank takes part in the gathering; rank 0 keeps the result
       rg::NamedTensors whole = with_every_expert(model.state_dict());
@@ -293,44 +297,9 @@ struct Trainer {
     }
     return comm.rank() == 0 ? model.state_dict() : rg::NamedTensors{};
   }
-  // --pp above 1: the whole model's state on pp rank 0 (for every pipeline: world rank 0's
-  // samples from it), each tensor sent by the rank whose stage holds it, its tp slices put
-  // together first (the tied embedding: the first stage's copy). Collectives over tp, then
-  // pp. Which rank holds what follows from Stage's cut (Stage::first_block, S = v·p
-  // stages, stage s on rank s mod p); the embeddings on rank 0, the final norm on p − 1.
-  rg::NamedTensors whole_from_stages() {
-    const rg::NamedTensors mine = par::tp_full_state_dict(*stage);
-    const std::map<std::string, rg::Tensor> held(mine.begin(), mine.end());
-    par::Communicator& pp = groups->pp;
-    const int64_t p = pp.size(), layers = static_cast<int64_t>(model.blocks->size()), stages = p * virtual_stages;
-    auto owner = [&](const std::string& name) -> int64_t {
-      if (name.rfind("ln_f.", 0) == 0) return p - 1;
-      if (name.rfind("blocks.", 0) != 0) return 0;
-      const int64_t b = std::stoll(name.substr(7, name.find('.', 7) - 7));
-      int64_t s = 0;
-      while (Stage::first_block(s + 1, stages, layers) <= b) ++s;
-      return s % p;
-    };
-    rg::NamedTensors whole;
-    int tag = 0;
-    for (const auto& [name, t] : model.state_dict()) {
-      const int64_t from = owner(name);
-      auto it = held.find(name);
-      if (pp.rank() == from && from != 0) {
-        RG_CHECK(it != held.end(), "gpt", "expected stage ", from, " to hold '", name, "'");
-        pp.send(it->second.contiguous(), 0, tag);
-      } else if (pp.rank() == 0) {
-        rg::Tensor got = it != held.end() ? it->second : t.detach().clone();  // a buffer: the same everywhere
-        if (from != 0) {
-          got = rg::empty(t.shape(), {.dtype = t.dtype()});
-          pp.recv(got, static_cast<int>(from), tag);
-        }
-        whole.emplace_back(name, got);
-      }
-      ++tag;
-    }
-    return whole;
-  }
+  // --tp/--pp: the whole model's state on pp rank 0 (for every pipeline: world rank 0's
+  // samples from it and writes it), gpt/stage_state.h.
+  rg::NamedTensors whole_from_stages() { return whole_model(*stage, model, *groups, virtual_stages); }
   // A model's state (this rank's, or its tp slices put together) with each MoE block's
   // experts gathered from the ranks of its ep group (a collective over every ep group): the
   // whole model's names and order.
@@ -354,6 +323,10 @@ struct Trainer {
     return whole;
   }
   rg::NamedTensors optimizer_state(std::map<std::string, std::string>* meta) {
+    if (pipeline) {
+      rg::NamedTensors whole = whole_optimizer_state(*stage, model, *groups, *adamw, meta, virtual_stages);
+      return comm.rank() == 0 ? whole : rg::NamedTensors{};
+    }
     if (zero) return zero->consolidate_state_dict(meta, 0);
     if (fsdp) return fsdp->full_optim_state_dict(*adamw, meta, 0);
     if (groups->ep) {  // every rank takes part in the gathering; rank 0 keeps the result
@@ -434,7 +407,7 @@ struct Trainer {
   // Every rank passes the whole states it read from the files.
   void load(const rg::NamedTensors& model_state, const rg::NamedTensors& optim_state,
             const std::map<std::string, std::string>& meta) {
-    RG_CHECK(!pipeline, "gpt", "expected --resume without --tp/--pp (not yet)");
+    if (pipeline) return load_stage(*stage, model, *adamw, model_state, optim_state, meta);
     if (fsdp) {
       fsdp->load_full_state_dict(model_state);
       fsdp->load_full_optim_state_dict(*adamw, optim_state, meta);

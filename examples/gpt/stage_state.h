@@ -1,0 +1,186 @@
+// gpt/stage_state.h — the whole model's state from a (pp, tp) layout's stages, and back.
+//
+//   rg::NamedTensors model = gpt::whole_model(stage, gpt, groups, v);   // on pp rank 0
+//   rg::NamedTensors optim = gpt::whole_optimizer_state(stage, gpt, groups, adamw, &meta, v);
+//   gpt::load_stage(stage, gpt, adamw, model, optim, meta);            // every rank
+//
+// A checkpoint of the 4D layout is written in the one form every strategy writes: the plain
+// GPT's state dict, and AdamW's state as a plain AdamW over the whole model's parameters
+// writes it ("state.0.<index in the whole model>.<buffer>"). So it resumes under any other
+// layout or strategy, and any of theirs resumes here. Each parameter lives on the pp rank
+// whose stage holds it (Stage's cut), cut into slices over the tp group; its optimizer
+// moments are cut the same way (they are shaped like it). Writing puts the slices together
+// (tp_unshard, a collective over tp) and sends each whole tensor to pp rank 0; reading cuts
+// each rank's slices from the whole (tp_shard). The tied embedding has a copy on the last
+// stage whose gradient is summed with the first stage's every step: the two and their moments
+// stay equal, so the first stage's is written, and both read it.
+#pragma once
+
+#include <ringgrad/parallel/tensor_parallel.h>
+#include <ringgrad/ringgrad.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model.h"
+#include "parallel.h"
+
+namespace gpt {
+
+// The pp rank whose stage holds the whole model's tensor `name`: stage s of S = v·p on rank
+// s mod p (Stage::first_block), the embeddings on rank 0, the final norm on rank p − 1.
+inline int stage_rank(const std::string& name, int64_t p, int64_t v, int64_t layers) {
+  if (name.rfind("ln_f.", 0) == 0) return int(p - 1);
+  if (name.rfind("blocks.", 0) != 0) return 0;
+  const int64_t b = std::stoll(name.substr(7, name.find('.', 7) - 7));
+  int64_t s = 0;
+  while (Stage::first_block(s + 1, v * p, layers) <= b) ++s;
+  return int(s % p);
+}
+
+// On pp rank 0: for each of the whole model's `names`, the tensors its holder lists under it
+// in `held` (received shaped as `like(name)` lists them); on the other ranks nothing.
+// Collectives over pp: every rank passes the same names.
+inline std::vector<rg::NamedTensors> from_stages(
+    const std::vector<std::string>& names, const std::map<std::string, rg::NamedTensors>& held,
+    const std::function<rg::NamedTensors(const std::string&)>& like, par::Communicator& pp,
+    int64_t v, int64_t layers) {
+  std::vector<rg::NamedTensors> out;
+  int tag = 0;
+  for (const std::string& name : names) {
+    const int from = stage_rank(name, pp.size(), v, layers);
+    auto it = held.find(name);
+    if (pp.rank() == from)
+      RG_CHECK(it != held.end(), "gpt", "expected pipeline rank ", from, " to hold '", name, "'");
+    if (pp.rank() == from && from != 0) {
+      for (const auto& [part, t] : it->second) pp.send(t.contiguous(), 0, tag++);
+    } else if (pp.rank() == 0) {
+      rg::NamedTensors got = from == 0 ? it->second : like(name);
+      for (auto& [part, t] : got) {
+        if (from != 0) pp.recv(t, from, tag);
+        ++tag;
+      }
+      out.push_back(std::move(got));
+    } else {
+      tag += int(like(name).size());
+    }
+  }
+  return out;
+}
+
+// The whole GPT's state dict, on pp rank 0 (collectives over tp, then pp).
+inline rg::NamedTensors whole_model(Stage& stage, GPT& gpt, const Groups& g, int64_t v) {
+  std::map<std::string, rg::NamedTensors> held;
+  for (auto& [name, t] : par::tp_full_state_dict(stage)) held[name] = {{"", t}};
+  std::map<std::string, rg::Tensor> shapes;
+  std::vector<std::string> names;
+  for (const auto& [name, t] : gpt.state_dict()) names.push_back(name), shapes[name] = t;
+  auto like = [&](const std::string& name) {
+    const rg::Tensor& t = shapes.at(name);
+    return rg::NamedTensors{{"", rg::empty(t.shape(), {.dtype = t.dtype()})}};
+  };
+  const std::vector<rg::NamedTensors> got =
+      from_stages(names, held, like, g.pp, v, int64_t(gpt.blocks->size()));
+  rg::NamedTensors whole;
+  for (size_t i = 0; i < got.size(); ++i) whole.emplace_back(names[i], got[i].front().second);
+  return whole;
+}
+
+// This rank's optimizer state, grouped by its parameters' names (the stage's order): each
+// buffer shaped like its parameter made whole over tp (a collective), the others as they are.
+inline std::map<std::string, rg::NamedTensors> whole_buffers(
+    Stage& stage, rg::optim::Optimizer& opt, std::map<std::string, std::string>* meta) {
+  const rg::NamedTensors params = stage.named_parameters();
+  std::map<size_t, rg::NamedTensors> by_index;
+  for (const auto& [key, t] : opt.state_dict(meta)) {
+    const auto k = rg::optim::parse_state_key(key);
+    RG_CHECK(k && k->group == 0 && k->index < params.size(), "gpt",
+             "expected optimizer keys state.0.<index>.<buffer>, got '", key, "'");
+    by_index[k->index].emplace_back(k->name, t);
+  }
+  std::map<std::string, rg::NamedTensors> held;
+  for (auto& [i, buffers] : by_index) {
+    const auto& [name, p] = params[i];
+    for (auto& [buffer, t] : buffers)
+      held[name].emplace_back(
+          buffer, t.shape() == p.shape() ? par::tp_unshard(stage, {{name, t}}).front().second : t);
+  }
+  return held;
+}
+
+// AdamW's state as a plain AdamW over the whole GPT writes it, on pp rank 0; `meta` its
+// metadata (every rank). Nothing before the first step (no state yet, on any rank).
+inline rg::NamedTensors whole_optimizer_state(Stage& stage, GPT& gpt, const Groups& g,
+                                              rg::optim::Optimizer& opt,
+                                              std::map<std::string, std::string>* meta, int64_t v) {
+  std::map<std::string, std::string> local_meta;
+  const std::map<std::string, rg::NamedTensors> held = whole_buffers(stage, opt, &local_meta);
+  const rg::NamedTensors whole_params = gpt.named_parameters();
+  if (meta) {
+    *meta = local_meta;
+    (*meta)["group.0.size"] = std::to_string(whole_params.size());
+  }
+  if (held.empty()) return {};
+  // What a parameter's state holds, from this rank's first: a buffer shaped like its
+  // parameter takes the whole parameter's shape, the others (the step) their own.
+  const std::string first_name = stage.named_parameters().front().first;
+  std::map<std::string, rg::Tensor> shapes(whole_params.begin(), whole_params.end());
+  auto like = [&](const std::string& name) {
+    rg::NamedTensors out;
+    for (const auto& [buffer, t] : held.at(first_name)) {
+      const bool shaped = buffer != "step" && t.shape() == shapes.at(first_name).shape();
+      out.emplace_back(buffer, shaped ? rg::empty(shapes.at(name).shape(), {.dtype = t.dtype()})
+                                      : rg::empty(t.shape(), {.dtype = t.dtype()}));
+    }
+    return out;
+  };
+  std::vector<std::string> names;
+  for (const auto& [name, p] : whole_params) names.push_back(name);
+  const std::vector<rg::NamedTensors> got =
+      from_stages(names, held, like, g.pp, v, int64_t(gpt.blocks->size()));
+  rg::NamedTensors out;
+  for (size_t j = 0; j < got.size(); ++j)
+    for (const auto& [buffer, t] : got[j])
+      out.emplace_back("state.0." + std::to_string(j) + "." + buffer, t);
+  return out;
+}
+
+// Loads the whole GPT's state and a plain AdamW's over it into this rank's stage and its
+// optimizer: each parameter and moment cut to this rank's slices.
+inline void load_stage(Stage& stage, GPT& gpt, rg::optim::Optimizer& opt,
+                       const rg::NamedTensors& model_state, const rg::NamedTensors& optim_state,
+                       const std::map<std::string, std::string>& meta) {
+  std::map<std::string, size_t> local_index;
+  const rg::NamedTensors params = stage.named_parameters();
+  for (const auto& [name, p] : params) local_index.emplace(name, local_index.size());
+  rg::NamedTensors mine;
+  const rg::NamedTensors stage_state = stage.state_dict();
+  std::map<std::string, rg::Tensor> wanted(stage_state.begin(), stage_state.end());
+  for (const auto& [name, t] : model_state)
+    if (wanted.count(name)) mine.emplace_back(name, t);
+  par::tp_load_full_state_dict(stage, mine);  // (names what is missing)
+  std::vector<std::string> whole_names;
+  for (const auto& [name, p] : gpt.named_parameters()) whole_names.push_back(name);
+  rg::NamedTensors state;
+  for (const auto& [key, t] : optim_state) {
+    const auto k = rg::optim::parse_state_key(key);
+    RG_CHECK(
+        k && k->group == 0 && k->index < whole_names.size(), "gpt",
+        "expected optimizer keys state.0.<index of the whole model's parameter>.<buffer>, got '",
+        key, "'");
+    const std::string& name = whole_names[k->index];
+    auto at = local_index.find(name);
+    if (at == local_index.end()) continue;  // another stage's
+    const rg::Tensor& p = params[at->second].second;
+    const bool shaped = t.dim() == p.dim() && k->name != "step";
+    state.emplace_back("state.0." + std::to_string(at->second) + "." + k->name,
+                       shaped ? par::tp_shard(stage, {{name, t}}).front().second.contiguous() : t);
+  }
+  std::map<std::string, std::string> local_meta = meta;
+  local_meta["group.0.size"] = std::to_string(params.size());
+  opt.load_state_dict(state, local_meta);
+}
+
+}  // namespace gpt
