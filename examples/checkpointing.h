@@ -1,4 +1,5 @@
-// checkpointing.h — the examples' --save, --save-every, --resume and --max-steps.
+// checkpointing.h — the examples' --save, --save-every, --resume, --max-steps and
+// --auto-resume.
 //
 //   Checkpointing ckpt;                    // before parsing: registers the four options
 //   ckpt.add_options(app);
@@ -23,6 +24,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 
@@ -30,6 +32,7 @@ struct Checkpointing {
   std::string save_path, resume_path;
   int64_t save_every = 0;  // steps between saves; 0: only at the end
   int64_t max_steps = 0;   // stop after this many steps in all; 0: no limit
+  bool auto_resume = false;  // resume from --save's file when it exists (a restarted job)
 
   void add_options(CLI::App& app) {
     app.add_option("--save", save_path,
@@ -39,12 +42,20 @@ struct Checkpointing {
     app.add_option("--resume", resume_path, "continue exactly where the checkpoint at PATH left off");
     app.add_option("--max-steps", max_steps, "stop after this many steps in all (0: no limit)")
         ->check(CLI::NonNegativeNumber);
+    app.add_flag("--auto-resume", auto_resume,
+                 "continue from --save's PATH when it holds a checkpoint, else start afresh (a job "
+                 "that scripts/rgrun --max-restarts starts again after a failure)");
   }
 
-  // Errors that a long run would otherwise meet only at its first save.
-  void check() const {
+  // Errors that a long run would otherwise meet only at its first save. Then, under
+  // --auto-resume, the checkpoint to continue from: --save's file once a save has been
+  // made (every rank looks; they share the file system, and nothing writes it yet).
+  void check() {
     RG_CHECK(save_every == 0 || !save_path.empty(), "--save-every",
              "expected --save PATH to say where to write");
+    RG_CHECK(!auto_resume || (!save_path.empty() && resume_path.empty()), "--auto-resume",
+             "expected --save PATH (the file to continue from) and no --resume");
+    if (auto_resume && std::filesystem::exists(save_path)) resume_path = save_path;
   }
 
   // Where a run is after `step` steps, `batch` of them in epoch `epoch` (of `per_epoch`
