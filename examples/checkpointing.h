@@ -1,5 +1,5 @@
-// checkpointing.h — the examples' --save, --save-every, --resume, --max-steps and
-// --auto-resume.
+// checkpointing.h — the examples' --save, --save-every, --save-async, --resume, --max-steps
+// and --auto-resume.
 //
 //   Checkpointing ckpt;                    // before parsing: registers the four options
 //   ckpt.add_options(app);
@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 
 struct Checkpointing {
@@ -33,6 +34,7 @@ struct Checkpointing {
   int64_t save_every = 0;  // steps between saves; 0: only at the end
   int64_t max_steps = 0;   // stop after this many steps in all; 0: no limit
   bool auto_resume = false;  // resume from --save's file when it exists (a restarted job)
+  bool save_async = false;   // write on a background thread (AsyncCheckpointWriter)
 
   void add_options(CLI::App& app) {
     app.add_option("--save", save_path,
@@ -42,6 +44,9 @@ struct Checkpointing {
     app.add_option("--resume", resume_path, "continue exactly where the checkpoint at PATH left off");
     app.add_option("--max-steps", max_steps, "stop after this many steps in all (0: no limit)")
         ->check(CLI::NonNegativeNumber);
+    app.add_flag("--save-async", save_async,
+                 "write each checkpoint on a background thread while training goes on (the state "
+                 "copied to host memory first)");
     app.add_flag("--auto-resume", auto_resume,
                  "continue from --save's PATH when it holds a checkpoint, else start afresh (a job "
                  "that scripts/rgrun --max-restarts starts again after a failure)");
@@ -53,6 +58,7 @@ struct Checkpointing {
   void check() {
     RG_CHECK(save_every == 0 || !save_path.empty(), "--save-every",
              "expected --save PATH to say where to write");
+    RG_CHECK(!save_async || !save_path.empty(), "--save-async", "expected --save PATH to say where to write");
     RG_CHECK(!auto_resume || (!save_path.empty() && resume_path.empty()), "--auto-resume",
              "expected --save PATH (the file to continue from) and no --resume");
     if (auto_resume && std::filesystem::exists(save_path)) resume_path = save_path;
@@ -99,6 +105,21 @@ struct Checkpointing {
     c.world_size = world_size;
     c.run = run;
     for (const auto& [name, g] : generators) c.generators[name] = g;
-    ringgrad::save_checkpoint(c, save_path);
+    write(std::move(c));
   }
+
+  // Writes a checkpoint the program put together itself to --save's PATH: at once, or under
+  // --save-async copied and handed to the background writer (which first waits for the save
+  // still in flight).
+  void write(ringgrad::Checkpoint c) const {
+    if (save_async)
+      writer_->save(std::move(c), save_path);
+    else
+      ringgrad::save_checkpoint(c, save_path);
+  }
+  // The last save on disk (--save-async: waits for it; its error is thrown here).
+  void finish() const { writer_->wait(); }
+
+ private:
+  std::shared_ptr<ringgrad::AsyncCheckpointWriter> writer_ = std::make_shared<ringgrad::AsyncCheckpointWriter>();
 };

@@ -43,7 +43,7 @@
 // prints a sample from --prompt, then
 //   RESULT example=gpt world=N strategy=S dp=… cp=… tp=… pp=… val_loss=… unigram_loss=… tokens_per_s=…
 //          … recompute=… grad_accum=… params_mb=… grads_mb=… optim_mb=… peak_mb=…
-//          model_gflops=… mfu=… gemm_gflops=… step_s=… sent=…
+//          model_gflops=… mfu=… gemm_gflops=… step_s=… save_s=… sent=…
 // where unigram_loss is the entropy (nats/char) of the validation text's byte
 // frequencies: the loss of a model that learned nothing but how often each byte occurs;
 // params_mb, grads_mb and optim_mb the bytes (/1e6) of parameters, gradients and optimizer
@@ -51,7 +51,9 @@
 // during training (rg::memory_stats), each the largest rank's: `gpt --plan` predicts them;
 // model_gflops each rank's share of the model's FLOPs per second (gpt/budget.h's count),
 // mfu that over gemm_gflops, the float32 GEMM rate one rank reaches here (examples/mfu.h);
-// step_s the mean seconds of a step after the first, and sent what the second step sent.
+// step_s the mean seconds of a step after the first (saves not counted), save_s the mean
+// seconds rank 0's training stood still for a --save-every save (--save-async: the copy
+// only; 0 without saves), and sent what the second step sent.
 // --plan [--world N] prints, without training or launching, what each rank of the run the
 // other flags describe (at world N) will hold: gpt/plan.h's formulas, per pipeline stage,
 // then RESULT plan … params_mb= grads_mb= optim_mb= activations_mb= peak_mb= sent=, the last the
@@ -459,7 +461,7 @@ int main(int argc, char** argv) {
       c.world_size = world.size();
       c.run = run;
       c.generators["default"] = rg::default_generator();
-      if (world.is_main()) rg::save_checkpoint(c, ckpt.save_path);
+      if (world.is_main()) ckpt.write(std::move(c));  // --save-async: in the background
     };
     auto gather_and_save = [&](int64_t step) {
       std::map<std::string, std::string> optim_meta;
@@ -534,6 +536,8 @@ int main(int argc, char** argv) {
 
     const int64_t end = ckpt.max_steps > 0 ? std::min(ckpt.max_steps, steps) : steps;
     double seconds = 0, train_loss = 0, window_loss = 0;
+    double save_seconds = 0;  // training's time inside --save-every's saves (rank 0's)
+    int64_t saves = 0;
     int64_t window_steps = 0, timed_tokens = 0;
     const int64_t tokens_per_step = per_replica * dp * config.seq;
     // Rank 0's bar (its lines above it) and JSON lines; a resumed run appends to the log.
@@ -606,7 +610,12 @@ int main(int argc, char** argv) {
         bar.message("trace of step " + std::to_string(step + 1) + " written to " + where);
       }
       window_loss += local, ++window_steps;
-      if (ckpt.due(step + 1) && step + 1 < end) gather_and_save(step + 1);
+      if (ckpt.due(step + 1) && step + 1 < end) {  // (--save-async: the copy only)
+        const auto save_start = std::chrono::steady_clock::now();
+        gather_and_save(step + 1);
+        save_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - save_start).count();
+        ++saves;
+      }
       const bool eval_now = (step + 1) % eval_every == 0 || step + 1 == end;
       const bool log_now = log_options.due(step + 1);
       MetricsLog::Line entry;
@@ -672,6 +681,7 @@ int main(int argc, char** argv) {
     }
     if (!ckpt.save_path.empty()) {
       write(std::max(end, start_step), model_state, optim_state, optim_meta);
+      ckpt.finish();  // --save-async: on disk before saying so
       if (world.is_main())
         std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(),
                     static_cast<long long>(std::max(end, start_step)));
@@ -701,12 +711,12 @@ int main(int argc, char** argv) {
       std::printf("RESULT example=gpt world=%d strategy=%s dp=%d cp=%d tp=%d pp=%d val_loss=%.4f "
                   "unigram_loss=%.4f tokens_per_s=%.0f precision=%s comm_hook=%s recompute=%s grad_accum=%lld "
                   "params_mb=%.6f grads_mb=%.6f optim_mb=%.6f peak_mb=%.6f comm_mb=%.6f model_gflops=%.2f "
-                  "mfu=%.3f gemm_gflops=%.1f step_s=%.4f sent=%s%s\n",
+                  "mfu=%.3f gemm_gflops=%.1f step_s=%.4f save_s=%.4f sent=%s%s\n",
                   world.size(), strategy.c_str(), dp, cp, tp, pp, val, unigram, tokens_per_s, precision.name.c_str(),
                   comm_hook.name.c_str(), config.recompute.c_str(), static_cast<long long>(grad_accum), mb[0],
                   mb[1], mb[2], mb[3], mb[4], flops / 1e9, flops / peak_flops, peak_flops / 1e9,
                   timed_tokens > 0 ? seconds * double(tokens_per_step) / double(timed_tokens) : 0.0,
-                  gpt::by_kind(sent_by_kind).c_str(), experts_fields.c_str());
+                  saves > 0 ? save_seconds / double(saves) : 0.0, gpt::by_kind(sent_by_kind).c_str(), experts_fields.c_str());
     return 0;
   });
 }

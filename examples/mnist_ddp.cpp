@@ -238,6 +238,7 @@ int main(int argc, char** argv) {
                     batch < per_epoch ? " (stopped mid-epoch: --max-steps)" : "");
       if ((stopped || epoch + 1 == recipe.epochs) && !ckpt.save_path.empty()) {
         save(epoch, batch);
+        ckpt.finish();  // --save-async: on disk before saying so
         if (world.is_main())
           std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(), static_cast<long long>(step));
       }

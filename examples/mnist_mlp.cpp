@@ -193,6 +193,7 @@ int main(int argc, char** argv) {
       if (stopped || epoch + 1 == epochs) {
         if (!ckpt.save_path.empty()) {
           save(epoch, step);
+          ckpt.finish();  // --save-async: on disk before saying so
           std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(),
                       static_cast<long long>(global_step));
         }

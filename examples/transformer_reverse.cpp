@@ -261,6 +261,7 @@ int main(int argc, char** argv) {
     bar.close();
     if (!ckpt.save_path.empty()) {
       save(std::max(last, at.step));
+      ckpt.finish();  // --save-async: on disk before saying so
       std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(),
                   static_cast<long long>(std::max(last, at.step)));
     }

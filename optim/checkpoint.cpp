@@ -5,10 +5,14 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <optional>
 #include <system_error>
+#include <utility>
+
+#include "ringgrad/autograd/grad_mode.h"
 
 namespace ringgrad {
 
@@ -141,6 +145,42 @@ void save_checkpoint(const Checkpoint& c, const std::string& path) {
     meta["rng." + name + ".offset"] = std::to_string(g.offset());
   }
   save_safetensors(tensors, path, meta);
+}
+
+AsyncCheckpointWriter::~AsyncCheckpointWriter() {
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+  }
+}
+
+void AsyncCheckpointWriter::wait() {
+  if (thread_.joinable()) thread_.join();
+  if (std::exception_ptr e = std::exchange(error_, nullptr)) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& failed) {
+      RG_CHECK(false, "AsyncCheckpointWriter", "the background save of '", path_, "' failed: ", failed.what());
+    }
+  }
+}
+
+void AsyncCheckpointWriter::save(Checkpoint c, const std::string& path) {
+  wait();
+  {
+    NoGradGuard no_grad;
+    for (NamedTensors* part : {&c.model, &c.optimizer})
+      for (auto& [name, t] : *part) t = t.device().is_cpu() ? t.detach().clone() : t.detach().to(kCPU);
+  }
+  path_ = path;
+  thread_ = std::thread([this, c = std::move(c), path] {
+    try {
+      save_checkpoint(c, path);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
 }
 
 Checkpoint load_checkpoint(const std::string& path) {

@@ -44,8 +44,10 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "ringgrad/core/factory.h"
 #include "ringgrad/core/safetensors.h"
@@ -95,6 +97,34 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
 
 // Reads and checks a checkpoint file; errors name the file, the key and the value.
 Checkpoint load_checkpoint(const std::string& path);
+
+// Writes checkpoints on a background thread while training goes on (torch.distributed.
+// checkpoint's async_save):
+//   rg::AsyncCheckpointWriter writer;
+//   writer.save(std::move(ckpt), "run.ckpt");   // copies the tensors now, writes them later
+//   ... training goes on ...
+//   writer.wait();                              // the write done (or its error thrown)
+// save() first waits for the save still in flight (one at a time) and throws its error,
+// then copies every tensor to host memory that nothing else holds (a state_dict's tensors
+// are the live parameters and moments, which the next step changes) and starts the write.
+// The write is save_checkpoint's, renamed into place when whole: a kill during it leaves the
+// previous checkpoint. The copy costs host memory the size of the checkpoint until the
+// write is done. The destructor waits too (an error then is printed, not thrown).
+class AsyncCheckpointWriter {
+ public:
+  AsyncCheckpointWriter() = default;
+  AsyncCheckpointWriter(const AsyncCheckpointWriter&) = delete;
+  AsyncCheckpointWriter& operator=(const AsyncCheckpointWriter&) = delete;
+  ~AsyncCheckpointWriter();
+  void save(Checkpoint checkpoint, const std::string& path);
+  void wait();
+  bool in_flight() const { return thread_.joinable(); }
+
+ private:
+  std::thread thread_;
+  std::exception_ptr error_;  // the last write's, set by its thread
+  std::string path_;          // the last write's
+};
 
 // Puts a checkpoint's state back: the model's (strict: every name, shape and dtype),
 // the optimizer's, the schedule's (when given: its load_state_dict, from schedule.<key>;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <ringgrad/ringgrad.h>
 
@@ -368,4 +369,57 @@ TEST_CASE("checkpoint: fp16's GradScaler state is kept as grad_scaler.<key>; mis
     CHECK(contains(e, expect));
     CHECK(unchanged());
   }
+}
+
+TEST_CASE("checkpoint: an asynchronous save writes the state as it was when save() returned") {
+  test::TempDir dir;
+  rg::manual_seed(5);
+  Net net;
+  rg::optim::AdamW opt(net.parameters(), {.lr = 1e-2});
+  rg::optim::WarmupCosine schedule(opt, {.warmup_steps = 1, .total_steps = 10});
+  rg::Generator data(7);
+  for (int i = 0; i < 2; ++i) train_step(net, opt, schedule, data);
+  const rg::NamedTensors model_then = rg::capture(net, opt).model, optim_then = rg::capture(net, opt).optimizer;
+  std::vector<rg::NamedTensors> copies;  // capture() gives the live tensors: copy them to compare
+  for (const rg::NamedTensors* part : {&model_then, &optim_then}) {
+    rg::NamedTensors copy;
+    for (const auto& [name, t] : *part) copy.emplace_back(name, t.detach().clone());
+    copies.push_back(copy);
+  }
+  rg::AsyncCheckpointWriter writer;
+  rg::Checkpoint ckpt = rg::capture(net, opt, &schedule);
+  ckpt.progress = {.step = 2};
+  writer.save(std::move(ckpt), dir / "a.ckpt");
+  // Training goes on at once: the parameters and moments change under the write.
+  for (int i = 0; i < 3; ++i) train_step(net, opt, schedule, data);
+  CHECK(!same_bits(net.state_dict(), copies[0]));
+  writer.wait();
+  CHECK(!writer.in_flight());
+  const rg::Checkpoint back = rg::load_checkpoint(dir / "a.ckpt");
+  CHECK(back.progress.step == 2);
+  CHECK(same_bits(back.model, copies[0]));
+  CHECK(same_bits(back.optimizer, copies[1]));
+  // The next save waits for the one in flight; both files whole.
+  rg::Checkpoint again = rg::capture(net, opt, &schedule);
+  again.progress = {.step = 5};
+  writer.save(std::move(again), dir / "b.ckpt");
+  writer.save(rg::capture(net, opt, &schedule), dir / "c.ckpt");
+  writer.wait();
+  CHECK(rg::load_checkpoint(dir / "b.ckpt").progress.step == 5);
+  CHECK(same_bits(rg::load_checkpoint(dir / "c.ckpt").model, net.state_dict()));
+}
+
+TEST_CASE("checkpoint: an asynchronous save's error is thrown by the next wait(), naming the file") {
+  test::TempDir dir;
+  Net net;
+  rg::optim::SGD opt(net.parameters(), {.lr = 0.1});
+  rg::AsyncCheckpointWriter writer;
+  const std::string bad = dir / "no-such-folder/run.ckpt";
+  writer.save(rg::capture(net, opt), bad);
+  const std::string error = error_of([&] { writer.wait(); });
+  CHECK(contains(error, "the background save of '" + bad + "' failed"));
+  writer.wait();  // reported once
+  writer.save(rg::capture(net, opt), dir / "ok.ckpt");  // and the writer still works
+  writer.wait();
+  CHECK(std::filesystem::exists(dir / "ok.ckpt"));
 }
