@@ -30,4 +30,11 @@ std::string cpu_gemm_engine();
 std::string cpu_attention_kernel(int64_t d, int64_t dv, bool backward = false,
                                  bool causal = false);
 
+// Reads every setting of the CPU backend from the environment (RINGGRAD_NUM_THREADS,
+// RINGGRAD_GEMM, RINGGRAD_CPU_ATTENTION, RINGGRAD_HUGE_PAGES) and throws the first bad
+// one's error, naming the variable and the value; without this call each is read at its
+// first use. parallel::World calls it before MPI starts, so that every rank of a job
+// reports a bad value alike and before any collective.
+void check_cpu_settings();
+
 }  // namespace ringgrad

@@ -63,11 +63,8 @@ namespace rg = ringgrad;
 namespace par = rg::parallel;
 
 // RINGGRAD_TEST_RANKS_PER_HOST=k, the library's test hook: every k consecutive ranks are one
-// "host", so that one machine can play several (parallel/mpi/shared_memory.h). 0: not set.
-int test_ranks_per_host() {
-  const char* k = std::getenv("RINGGRAD_TEST_RANKS_PER_HOST");
-  return k ? std::max(0, std::atoi(k)) : 0;
-}
+// "host", so that one machine can play several: par::test_ranks_per_host() (0: not set).
+using par::test_ranks_per_host;
 
 // The host of every rank, numbered 0, 1, … in rank order: from the test hook when it is
 // set, else from the ranks' host names.

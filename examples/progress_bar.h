@@ -24,6 +24,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <ringgrad/core/error.h>
+
 // Whether stdout ends at a terminal. Under mpirun a rank's stdout is always a
 // pseudo-terminal (Open MPI forwards the ranks' output through one, whatever mpirun's own
 // stdout is), so there the launcher decides: the parent process's stdout (mpirun's, on the
@@ -34,6 +36,7 @@ inline bool stdout_is_terminal() {
     const std::string c = choice;
     if (c == "bar") return true;
     if (c == "lines") return false;
+    RG_CHECK(false, "RINGGRAD_PROGRESS", "expected bar or lines, got '", c, "'");
   }
   if (!isatty(fileno(stdout))) return false;
   if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) return true;  // not under Open MPI

@@ -260,6 +260,26 @@ double comm_timeout_seconds() {
   return seconds;
 }
 
+bool shared_memory_allreduce() {
+  const char* text = std::getenv("RINGGRAD_SHM_ALLREDUCE");
+  if (!text) return true;
+  const std::string value = text;
+  RG_CHECK(value == "0" || value == "1", "RINGGRAD_SHM_ALLREDUCE",
+           "expected 1 (all-reduce through shared memory, the default) or 0 (through MPI), got '", value, "'");
+  return value == "1";
+}
+
+int test_ranks_per_host() {
+  const char* text = std::getenv("RINGGRAD_TEST_RANKS_PER_HOST");
+  if (!text) return 0;
+  errno = 0;
+  char* end = nullptr;
+  const long k = std::strtol(text, &end, 10);
+  RG_CHECK(end != text && *end == '\0' && errno == 0 && k >= 1 && k <= 1 << 20, "RINGGRAD_TEST_RANKS_PER_HOST",
+           "expected a whole number of ranks per pretended host >= 1, got '", text, "'");
+  return int(k);
+}
+
 // Backends without memory their peers can reach: ordinary memory.
 Tensor Communicator::symmetric_empty(const Shape& shape, TensorOptions options) {
   return empty(shape, options);

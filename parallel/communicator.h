@@ -207,6 +207,14 @@ class Communicator {
 // every backend through this one function; anything else — 0, a negative number, a
 // word — is an error naming the variable and the value.
 double comm_timeout_seconds();
+// RINGGRAD_SHM_ALLREDUCE: 1 (the default) lets the MPI backend all-reduce through the
+// host's shared memory; 0 sends every all-reduce through MPI (to compare the two).
+// Anything else is an error naming the variable and the value.
+bool shared_memory_allreduce();
+// RINGGRAD_TEST_RANKS_PER_HOST=k, a test hook: every k consecutive ranks are one "host",
+// so that one machine plays several (parallel/mpi/shared_memory.h). 0 when not set; a value
+// that is not a whole number >= 1 is an error naming the variable.
+int test_ranks_per_host();
 
 // Every tensor made equal to root's, one broadcast each, in order (a collective):
 // how DDP, ZeRO-2 and FSDP start every replica from the same parameters and buffers.

@@ -24,6 +24,7 @@
 
 #include "ringgrad/core/device.h"
 #include "ringgrad/core/factory.h"
+#include "ringgrad/core/threads.h"
 #include "ringgrad/core/trace.h"
 #include "ringgrad/parallel/mpi/mpi_communicator.h"
 #include "ringgrad/parallel/nccl/nccl_communicator.h"
@@ -161,6 +162,9 @@ bool launched_by_mpi() {
 // with its message (main_guard), not with an exception from a half-started MPI.
 void check_world_settings() {
   comm_timeout_seconds();
+  shared_memory_allreduce();
+  test_ranks_per_host();
+  check_cpu_settings();  // RINGGRAD_NUM_THREADS, _GEMM, _CPU_ATTENTION, _HUGE_PAGES
   const char* env = std::getenv("RINGGRAD_COMM");
   std::string choice = env && *env ? env : "auto";
   RG_CHECK(choice == "auto" || choice == "mpi" || choice == "nccl", "World",

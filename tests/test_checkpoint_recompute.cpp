@@ -33,7 +33,8 @@ struct Block : rg::nn::Module {
 
 struct Model : rg::nn::Module {
   Model(int64_t d, int64_t layers) {
-    for (int64_t i = 0; i < layers; ++i) blocks.push_back(register_module("b" + std::to_string(i), std::make_shared<Block>(d)));
+    for (int64_t i = 0; i < layers; ++i)  // (name built by append: GCC 12's -Wrestrict misfires on "b" + …)
+      blocks.push_back(register_module(std::string("b").append(std::to_string(i)), std::make_shared<Block>(d)));
   }
   // recompute: 0 none, 1 each block checkpointed, 2 pairs of blocks nested (an outer
   // checkpoint around two inner ones).

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ringgrad/core/cpu/cpu_backend.h"
+#include "ringgrad/core/threads.h"
 
 namespace ringgrad::cpu {
 namespace {
@@ -127,6 +128,17 @@ void CpuBackend::copy_from_host(void* dst, const void* host_src, size_t nbytes) 
 }
 
 void release_cached_memory() { allocator().release_cached(); }
+
+}  // namespace ringgrad::cpu
+
+void ringgrad::check_cpu_settings() {
+  get_num_threads();
+  cpu_gemm_engine();
+  cpu_attention_kernel(64, 64);
+  cpu::huge_pages_wanted();
+}
+
+namespace ringgrad::cpu {
 
 Backend& backend() {
   static CpuBackend instance;

@@ -72,12 +72,6 @@ void divide(const Tensor& t, int n) {
   }
 }
 
-// RINGGRAD_SHM_ALLREDUCE=0: symmetric_empty gives ordinary memory, so every
-// all-reduce goes through MPI (to compare the two).
-bool shared_memory_from_env() {
-  const char* text = std::getenv("RINGGRAD_SHM_ALLREDUCE");
-  return !text || std::string(text) != "0";
-}
 
 // The symmetric buffers alive on this rank, by data pointer: all_reduce looks
 // its tensor up here. Shared with each buffer's tensor, which removes its
@@ -412,7 +406,9 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
   bool owns_mpi_ = false;
   std::shared_ptr<const WatchdogInfo> info_;
-  bool use_shared_memory_ = shared_memory_from_env();
+  // RINGGRAD_SHM_ALLREDUCE=0: symmetric_empty gives ordinary memory, so every all-reduce
+  // goes through MPI (to compare the two).
+  bool use_shared_memory_ = shared_memory_allreduce();
   std::shared_ptr<SymmetricRegistry> symmetric_ = std::make_shared<SymmetricRegistry>();
   std::atomic<int64_t> cross_host_bytes_{0};  // what hierarchical all-reduces sent to other hosts
   std::shared_ptr<CommThread> thread_state_;

@@ -91,9 +91,8 @@ std::shared_ptr<HostLayout> HostLayout::create(MPI_Comm comm) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  const char* fake = std::getenv("RINGGRAD_TEST_RANKS_PER_HOST");
-  if (fake && std::atoi(fake) > 0)  // a test hook: every k consecutive ranks "share a host"
-    RG_MPI(op, MPI_Comm_split, comm, rank / std::atoi(fake), rank, &layout->local);
+  if (const int fake = test_ranks_per_host())  // a test hook: every k consecutive ranks "share a host"
+    RG_MPI(op, MPI_Comm_split, comm, rank / fake, rank, &layout->local);
   else
     RG_MPI(op, MPI_Comm_split_type, comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &layout->local);
   MPI_Comm_rank(layout->local, &layout->local_rank);
