@@ -13,7 +13,9 @@
 //   pp  the blocks are cut into pp stages (the embeddings on the first, the final norm,
 //       head and loss on the last), 2 micro-batches under 1F1B, and again under ZB-H1
 //       (each backward split into input and weight gradients; the ring's and the tp
-//       all-reduces' backward inside B, DDP-style averaging after W);
+//       all-reduces' backward inside B, DDP-style averaging after W), and under
+//       interleaved 1F1B (a model of 4 blocks, each rank holding 2 chunks of one block:
+//       stages r and r + 2);
 //   cp  each sequence's positions are shared by the cp ranks (zigzag, ring attention);
 //   tp  attention heads, the MLP, the vocabulary of the embedding and of the head
 //       (vocab-parallel cross-entropy) are split across the tp ranks.
@@ -52,7 +54,9 @@ namespace {
 int rank = 0, N = 1;
 void check(bool ok, const std::string& what) { mpi_test::check(ok, what, rank); }
 
-constexpr int64_t kVocab = 16, kModel = 8, kHeads = 4, kBlocks = 2, kSeq = 8, kBatch = 4;
+constexpr int64_t kVocab = 16, kModel = 8, kHeads = 4, kSeq = 8, kBatch = 4;
+// Blocks in the model: 2, and 4 for interleaved 1F1B (2 chunks on each of 2 stages).
+int64_t blocks_count = 2;
 constexpr int kSteps = 3;
 
 // ---- the plain model (one process)
@@ -103,7 +107,7 @@ struct PlainGPT : rg::nn::Module {
     register_module("wte", wte);
     register_module("wpe", wpe);
     register_module("blocks", blocks);
-    for (int64_t b = 0; b < kBlocks; ++b) blocks->add(std::make_shared<PlainBlock>());
+    for (int64_t b = 0; b < blocks_count; ++b) blocks->add(std::make_shared<PlainBlock>());
     register_module("ln_f", ln_f);
     register_module("head", head);
     to(rg::kFloat64);
@@ -151,7 +155,8 @@ struct ParallelBlock : rg::nn::Module {
   double aux_scale = 1.0;
 };
 
-// Stage `s` of `p`: blocks [s·kBlocks/p, (s+1)·kBlocks/p), the embeddings on the first,
+// Pipeline rank `s` of `p`, holding `v` chunks (v > 1: interleaved 1F1B): chunk c is stage
+// c·p + s of v·p, blocks [st·L/(v·p), (st+1)·L/(v·p)); the embeddings on the first stage,
 // the final norm and the head (its vocabulary split over tp) on the last.
 struct Stage : rg::nn::Module {
   bool first, last;
@@ -161,8 +166,17 @@ struct Stage : rg::nn::Module {
   std::unique_ptr<rg::nn::LayerNorm> ln_f;
   std::unique_ptr<par::ColumnParallelLinear> head;
   rg::Tensor positions = rg::arange(kSeq, {.dtype = rg::kInt64}).unsqueeze(0);  // cp shards it
+  // One chunk for parallel::Pipeline: a view of the stage's modules.
+  struct Chunk : rg::nn::Module {
+    Chunk(Stage& s, int c) : stage(s), index(c) {}
+    rg::Tensor forward(const rg::Tensor& x) override { return stage.run(index, x); }
+    Stage& stage;
+    int index;
+  };
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // each chunk's blocks in `blocks`
+  std::vector<std::shared_ptr<Chunk>> chunk_modules;
 
-  Stage(PlainGPT& plain, int s, int p, par::Communicator& tp, par::Communicator* ep)
+  Stage(PlainGPT& plain, int s, int p, par::Communicator& tp, par::Communicator* ep, int v = 1)
       : first(s == 0), last(s == p - 1) {
     if (first) {
       wte = std::make_unique<par::VocabParallelEmbedding>(plain.wte, tp);
@@ -173,10 +187,15 @@ struct Stage : rg::nn::Module {
       register_module("wpe", *wpe);
     }
     register_module("blocks", blocks);
-    for (int64_t b = s * kBlocks / p; b < (s + 1) * kBlocks / p; ++b)
-      blocks->add(std::to_string(b), std::make_shared<ParallelBlock>(
-                                         static_cast<PlainBlock&>((*plain.blocks)[static_cast<size_t>(b)]), tp,
-                                         ep));
+    const int64_t stages = int64_t(v) * p;
+    for (int c = 0; c < v; ++c) {
+      const int64_t st = int64_t(c) * p + s, begin = st * blocks_count / stages, end = (st + 1) * blocks_count / stages;
+      ranges.push_back({int64_t(blocks->size()), int64_t(blocks->size()) + end - begin});
+      for (int64_t b = begin; b < end; ++b)
+        blocks->add(std::to_string(b), std::make_shared<ParallelBlock>(
+                                           static_cast<PlainBlock&>((*plain.blocks)[static_cast<size_t>(b)]), tp, ep));
+      chunk_modules.push_back(std::make_shared<Chunk>(*this, c));
+    }
     if (last) {
       ln_f = std::make_unique<rg::nn::LayerNorm>(kModel);
       ln_f->to(rg::kFloat64);
@@ -186,11 +205,19 @@ struct Stage : rg::nn::Module {
       register_module("head", *head);
     }
   }
-  // first: tokens (B, T) -> hidden; middle: hidden -> hidden; last: -> this rank's logits.
-  rg::Tensor forward(const rg::Tensor& x) override {
-    rg::Tensor h = first ? (*wte)(x) + (*wpe)(positions.narrow(1, 0, x.size(1))) : x;
-    h = (*blocks)(h);
-    return last ? (*head)((*ln_f)(h)) : h;
+  // Chunk c: the first chunk of the first stage embeds tokens (B, T); the last chunk of the
+  // last stage ends in this rank's logits; the others map hidden to hidden.
+  rg::Tensor run(int c, const rg::Tensor& x) {
+    const int v = int(ranges.size());
+    rg::Tensor h = c == 0 && first ? (*wte)(x) + (*wpe)(positions.narrow(1, 0, x.size(1))) : x;
+    for (int64_t b = ranges[size_t(c)].first; b < ranges[size_t(c)].second; ++b) h = (*blocks)[size_t(b)](h);
+    return c == v - 1 && last ? (*head)((*ln_f)(h)) : h;
+  }
+  rg::Tensor forward(const rg::Tensor& x) override { return run(0, x); }
+  std::vector<rg::nn::Module*> chunks() {
+    std::vector<rg::nn::Module*> out;
+    for (auto& c : chunk_modules) out.push_back(c.get());
+    return out;
   }
 };
 
@@ -251,7 +278,8 @@ void run(int dp, int pp, int cp, int tp, bool recompute, par::PipelineSchedule s
   par::Communicator& cp_group = mesh.group("cp");
   par::Communicator& data_group = mesh.group({"dp", "cp"});  // the gradient is averaged here
   auto plain = make_plain();
-  Stage stage(*plain, mesh.rank("pp"), pp, tp_group, ep_group);
+  const int v = schedule == par::PipelineSchedule::Interleaved1F1B ? 2 : 1;
+  Stage stage(*plain, mesh.rank("pp"), pp, tp_group, ep_group, v);
   for (size_t b = 0; b < stage.blocks->size(); ++b) {
     auto& block = static_cast<ParallelBlock&>((*stage.blocks)[b]);
     block.recompute = recompute;
@@ -263,7 +291,7 @@ void run(int dp, int pp, int cp, int tp, bool recompute, par::PipelineSchedule s
   for (auto& [pname, t] : stage.named_parameters())
     (pname.find(".moe.experts.") != std::string::npos ? expert_params : dense).push_back(t);
   rg::optim::AdamW opt(stage.parameters(), {.lr = 1e-2});
-  par::Pipeline pipe(stage, pp_group, {.micro_batches = 2, .schedule = schedule});
+  par::Pipeline pipe(stage.chunks(), pp_group, {.micro_batches = 2, .schedule = schedule});
   auto loss_fn = [&](const rg::Tensor& logits, const rg::Tensor& targets) {
     return par::vocab_parallel_cross_entropy(logits, targets, tp_group);
   };
@@ -314,19 +342,20 @@ int main(int argc, char** argv) {
   N = world.size();
   return par::main_guard(world, [&] {
     int configs = 0;
-    for (bool with_experts : {false, true}) {
-      experts = with_experts;
-      auto [losses, state] = reference_run();
-      for (int dp : {1, 2})
-        for (int pp : {1, 2})
-          for (int cp : {1, 2})
-            for (int tp : {1, 2})
-              if (dp * pp * cp * tp == N)
-                for (bool recompute : {false, true})
-                  for (auto schedule : {par::PipelineSchedule::OneFOneB, par::PipelineSchedule::ZeroBubbleH1})
-                    if (pp > 1 || schedule == par::PipelineSchedule::OneFOneB)
-                      run(dp, pp, cp, tp, recompute, schedule, losses, state, world.communicator()), ++configs;
-    }
+    using S = par::PipelineSchedule;
+    for (bool with_experts : {false, true})
+      for (auto schedule : {S::OneFOneB, S::ZeroBubbleH1, S::Interleaved1F1B}) {
+        experts = with_experts;
+        blocks_count = schedule == S::Interleaved1F1B ? 4 : 2;  // 2 chunks on each of 2 stages
+        auto [losses, state] = reference_run();
+        for (int dp : {1, 2})
+          for (int pp : {1, 2})
+            for (int cp : {1, 2})
+              for (int tp : {1, 2})
+                if (dp * pp * cp * tp == N && (pp > 1 || schedule == S::OneFOneB))
+                  for (bool recompute : {false, true})
+                    run(dp, pp, cp, tp, recompute, schedule, losses, state, world.communicator()), ++configs;
+      }
     check(configs > 0, "at least one (dp, pp, cp, tp) multiplies to the world size");
     return mpi_test::report(rank, N);
   });
