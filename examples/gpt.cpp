@@ -671,11 +671,10 @@ int main(int argc, char** argv) {
     if (!trainer.pipeline || !ckpt.save_path.empty()) {
       optim_state = trainer.optimizer_state(&optim_meta);
       model_state = trainer.model_state();
-    } else if (pp == 1) {
-      model_state = par::tp_full_state_dict(*trainer.stage);
-      if (groups.ep) model_state = trainer.with_every_expert(model_state);  // and every expert
     } else if (sample_length > 0 && !groups.ep) {
       model_state = trainer.whole_from_stages();  // each stage's part, on pp rank 0
+    } else if (sample_length > 0 && pp == 1) {  // --ep: the tp slices, then every expert
+      model_state = trainer.with_every_expert(par::tp_full_state_dict(*trainer.stage));
     } else if (world.is_main() && sample_length > 0) {
       std::printf("sample: skipped with --pp and --ep above 1 (the experts are not gathered across stages)\n");
     }

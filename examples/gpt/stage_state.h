@@ -40,32 +40,42 @@ inline int stage_rank(const std::string& name, int64_t p, int64_t v, int64_t lay
   return int(s % p);
 }
 
+// AdamW's moments are shaped like their parameter (cut over tp as it is); its step counter
+// is a scalar, the same whole or cut.
+inline bool shaped_like_parameter(const rg::Tensor& buffer) { return buffer.dim() > 0; }
+
 // On pp rank 0: for each of the whole model's `names`, the tensors its holder lists under it
-// in `held` (received shaped as `like(name)` lists them); on the other ranks nothing.
-// Collectives over pp: every rank passes the same names.
+// in `held` (received into what `like(name)` makes, of the same count, shapes and dtypes); on
+// the other ranks nothing. Collectives over pp: every rank passes the same names.
 inline std::vector<rg::NamedTensors> from_stages(
     const std::vector<std::string>& names, const std::map<std::string, rg::NamedTensors>& held,
     const std::function<rg::NamedTensors(const std::string&)>& like, par::Communicator& pp,
     int64_t v, int64_t layers) {
+  constexpr int kParts = 8;  // tensors a name may list: tag = kParts · its index + the part's
   std::vector<rg::NamedTensors> out;
-  int tag = 0;
-  for (const std::string& name : names) {
+  for (size_t j = 0; j < names.size(); ++j) {
+    const std::string& name = names[j];
     const int from = stage_rank(name, pp.size(), v, layers);
+    if (pp.rank() != from && pp.rank() != 0) continue;  // neither sends nor receives it
     auto it = held.find(name);
-    if (pp.rank() == from)
+    if (pp.rank() == from) {
       RG_CHECK(it != held.end(), "gpt", "expected pipeline rank ", from, " to hold '", name, "'");
-    if (pp.rank() == from && from != 0) {
-      for (const auto& [part, t] : it->second) pp.send(t.contiguous(), 0, tag++);
-    } else if (pp.rank() == 0) {
-      rg::NamedTensors got = from == 0 ? it->second : like(name);
-      for (auto& [part, t] : got) {
-        if (from != 0) pp.recv(t, from, tag);
-        ++tag;
-      }
-      out.push_back(std::move(got));
-    } else {
-      tag += int(like(name).size());
+      RG_CHECK(it->second.size() <= size_t(kParts), "gpt", "expected at most ", kParts,
+               " tensors under '", name, "', got ", it->second.size());
     }
+    if (from == 0) {
+      out.push_back(it->second);
+      continue;
+    }
+    rg::NamedTensors parts = pp.rank() == from ? it->second : like(name);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int tag = kParts * int(j) + int(i);
+      if (pp.rank() == from)
+        pp.send(parts[i].second.contiguous(), 0, tag);
+      else
+        pp.recv(parts[i].second, from, tag);
+    }
+    if (pp.rank() == 0) out.push_back(std::move(parts));
   }
   return out;
 }
@@ -88,25 +98,28 @@ inline rg::NamedTensors whole_model(Stage& stage, GPT& gpt, const Groups& g, int
   return whole;
 }
 
-// This rank's optimizer state, grouped by its parameters' names (the stage's order): each
-// buffer shaped like its parameter made whole over tp (a collective), the others as they are.
+// This rank's optimizer state, grouped by its parameters' names: each moment made whole over
+// tp (one collective for all of them), the step counters as they are.
 inline std::map<std::string, rg::NamedTensors> whole_buffers(
     Stage& stage, rg::optim::Optimizer& opt, std::map<std::string, std::string>* meta) {
   const rg::NamedTensors params = stage.named_parameters();
-  std::map<size_t, rg::NamedTensors> by_index;
+  rg::NamedTensors moments;  // named by their parameter, for tp_unshard
+  std::vector<std::pair<std::string, rg::NamedTensors::value_type>>
+      buffers;  // (parameter, (buffer, t))
   for (const auto& [key, t] : opt.state_dict(meta)) {
     const auto k = rg::optim::parse_state_key(key);
     RG_CHECK(k && k->group == 0 && k->index < params.size(), "gpt",
              "expected optimizer keys state.0.<index>.<buffer>, got '", key, "'");
-    by_index[k->index].emplace_back(k->name, t);
+    const std::string& name = params[k->index].first;
+    if (shaped_like_parameter(t)) moments.emplace_back(name, t);
+    buffers.push_back({name, {k->name, t}});
   }
+  const rg::NamedTensors whole = par::tp_unshard(stage, moments);
   std::map<std::string, rg::NamedTensors> held;
-  for (auto& [i, buffers] : by_index) {
-    const auto& [name, p] = params[i];
-    for (auto& [buffer, t] : buffers)
-      held[name].emplace_back(
-          buffer, t.shape() == p.shape() ? par::tp_unshard(stage, {{name, t}}).front().second : t);
-  }
+  size_t next = 0;  // the moments in the order they were made whole
+  for (auto& [name, buffer] : buffers)
+    held[name].emplace_back(
+        buffer.first, shaped_like_parameter(buffer.second) ? whole[next++].second : buffer.second);
   return held;
 }
 
@@ -129,11 +142,10 @@ inline rg::NamedTensors whole_optimizer_state(Stage& stage, GPT& gpt, const Grou
   std::map<std::string, rg::Tensor> shapes(whole_params.begin(), whole_params.end());
   auto like = [&](const std::string& name) {
     rg::NamedTensors out;
-    for (const auto& [buffer, t] : held.at(first_name)) {
-      const bool shaped = buffer != "step" && t.shape() == shapes.at(first_name).shape();
-      out.emplace_back(buffer, shaped ? rg::empty(shapes.at(name).shape(), {.dtype = t.dtype()})
-                                      : rg::empty(t.shape(), {.dtype = t.dtype()}));
-    }
+    for (const auto& [buffer, t] : held.at(first_name))
+      out.emplace_back(buffer,
+                       rg::empty(shaped_like_parameter(t) ? shapes.at(name).shape() : t.shape(),
+                                 {.dtype = t.dtype()}));
     return out;
   };
   std::vector<std::string> names;
@@ -173,11 +185,17 @@ inline void load_stage(Stage& stage, GPT& gpt, rg::optim::Optimizer& opt,
     const std::string& name = whole_names[k->index];
     auto at = local_index.find(name);
     if (at == local_index.end()) continue;  // another stage's
-    const rg::Tensor& p = params[at->second].second;
-    const bool shaped = t.dim() == p.dim() && k->name != "step";
-    state.emplace_back("state.0." + std::to_string(at->second) + "." + k->name,
-                       shaped ? par::tp_shard(stage, {{name, t}}).front().second.contiguous() : t);
+    state.emplace_back("state.0." + std::to_string(at->second) + "." + k->name, t);
   }
+  // The moments cut as their parameters are (named by them for tp_shard, one call for all).
+  rg::NamedTensors moments;
+  for (const auto& [key, t] : state)
+    if (shaped_like_parameter(t))
+      moments.emplace_back(params[rg::optim::parse_state_key(key)->index].first, t);
+  const rg::NamedTensors cut = par::tp_shard(stage, moments);
+  size_t next = 0;
+  for (auto& [key, t] : state)
+    if (shaped_like_parameter(t)) t = cut[next++].second.contiguous();
   std::map<std::string, std::string> local_meta = meta;
   local_meta["group.0.size"] = std::to_string(params.size());
   opt.load_state_dict(state, local_meta);

@@ -286,10 +286,7 @@ struct Trainer {
   // The whole model and optimizer state, on rank 0, in the form an unsharded model
   // and a plain AdamW over model.parameters() write (collectives: every rank calls).
   rg::NamedTensors model_state() {
-    if (pipeline) {  // every rank takes part; world rank 0 (pp rank 0 of replica 0) keeps it
-      rg::NamedTensors whole = whole_from_stages();
-      return comm.rank() == 0 ? whole : rg::NamedTensors{};
-    }
+    if (pipeline) return whole_from_stages();
     if (fsdp) return fsdp->full_state_dict(0);
     if (groups->ep) {  // every rank takes part in the gathering; rank 0 keeps the result
       rg::NamedTensors whole = with_every_expert(model.state_dict());
@@ -297,9 +294,12 @@ struct Trainer {
     }
     return comm.rank() == 0 ? model.state_dict() : rg::NamedTensors{};
   }
-  // --tp/--pp: the whole model's state on pp rank 0 (for every pipeline: world rank 0's
-  // samples from it and writes it), gpt/stage_state.h.
-  rg::NamedTensors whole_from_stages() { return whole_model(*stage, model, *groups, virtual_stages); }
+  // --tp/--pp: the whole model's state on pp rank 0 of the first replica (world rank 0
+  // samples from it and writes it), gpt/stage_state.h: collectives over that replica's
+  // (pp, tp) ranks, which the other replicas, holding the same model, skip.
+  rg::NamedTensors whole_from_stages() {
+    return comm.rank() == 0 ? whole_model(*stage, model, *groups, virtual_stages) : rg::NamedTensors{};
+  }
   // A model's state (this rank's, or its tp slices put together) with each MoE block's
   // experts gathered from the ranks of its ep group (a collective over every ep group): the
   // whole model's names and order.
@@ -323,10 +323,9 @@ struct Trainer {
     return whole;
   }
   rg::NamedTensors optimizer_state(std::map<std::string, std::string>* meta) {
-    if (pipeline) {
-      rg::NamedTensors whole = whole_optimizer_state(*stage, model, *groups, *adamw, meta, virtual_stages);
-      return comm.rank() == 0 ? whole : rg::NamedTensors{};
-    }
+    if (pipeline)  // the first replica's (pp, tp) ranks put it together, as whole_from_stages
+      return comm.rank() == 0 ? whole_optimizer_state(*stage, model, *groups, *adamw, meta, virtual_stages)
+                              : rg::NamedTensors{};
     if (zero) return zero->consolidate_state_dict(meta, 0);
     if (fsdp) return fsdp->full_optim_state_dict(*adamw, meta, 0);
     if (groups->ep) {  // every rank takes part in the gathering; rank 0 keeps the result
