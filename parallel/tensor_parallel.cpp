@@ -156,19 +156,15 @@ ColumnParallelLinear::ColumnParallelLinear(const Tensor& w, const Tensor& b, Com
     : in_features(w.size(1)), out_features(w.size(0)), tp_(tp), options_(options) {
   const int64_t n = tp.size();
   if (options.block_rows.empty()) {
-    RG_CHECK(options.stacked >= 1 && out_features % (options.stacked * n) == 0,
-             "ColumnParallelLinear", "expected out_features ", out_features, " divisible by ",
-             options.stacked > 1 ? "stacked blocks x " : "", "the tensor-parallel size ",
-             options.stacked * n);
-    blocks_.assign(size_t(options.stacked), out_features / options.stacked);
+    RG_CHECK(out_features % n == 0, "ColumnParallelLinear", "expected out_features ", out_features,
+             " divisible by the tensor-parallel size ", n);
+    blocks_ = {out_features};
   } else {
     blocks_ = options.block_rows;
     int64_t rows = 0;
     for (int64_t r : blocks_) {
       RG_CHECK(r > 0 && r % n == 0, "ColumnParallelLinear",
-               "expected each of block_rows divisible by the "
-               "tensor-parallel size ",
-               n, ", got ", r);
+               "expected each of block_rows divisible by the tensor-parallel size ", n, ", got ", r);
       rows += r;
     }
     RG_CHECK(rows == out_features, "ColumnParallelLinear",

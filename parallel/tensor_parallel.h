@@ -78,11 +78,9 @@ class TensorParallelModule {
 
 struct ColumnParallelOptions {
   bool gather_output = false;  // all-gather the output slices: every rank gets the whole y
-  // Output features made of `stacked` equal blocks sliced separately (3: attention's q, k, v
-  // rows stacked in one in_proj_weight), so each rank keeps the same heads of each.
-  int64_t stacked = 1;
-  // Or blocks of these many rows, each sliced separately (grouped-query attention's q, k, v:
-  // E, K·D, K·D rows); overrides `stacked`.
+  // Output features made of blocks of these many rows, each sliced separately, so that each
+  // rank keeps the same heads of each (attention's q, k, v rows stacked in one
+  // in_proj_weight: E, K·D, K·D). Empty: one block, all the rows.
   std::vector<int64_t> block_rows = {};
   // The input is this rank's sequence shard: all-gather it first (sequence parallelism).
   bool sequence_parallel = false;
