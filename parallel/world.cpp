@@ -260,23 +260,21 @@ Communicator& World::communicator() {
 }
 
 int main_guard(World& world, const std::function<int()>& body) {
-  if (!world.started()) {  // the same settings, the same error on every rank: no one to abort
-    std::fprintf(stderr, "[rank %d/%d] error: %s\n", world.rank(), world.size(), world.setup_error().c_str());
-    std::fflush(stderr);
-    return 1;
-  }
-  std::string what;
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    what = e.what();
-  } catch (...) {
-    what = "unknown exception";
+  std::string what = world.setup_error();  // a World that did not start: body does not run
+  if (world.started()) {
+    try {
+      return body();
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+      what = "unknown exception";
+    }
   }
   std::fprintf(stderr, "[rank %d/%d] error: %s\n", world.rank(), world.size(), what.c_str());
   std::fflush(stderr);
-  // The other ranks would wait for this one in their next collective: end them now.
-  if (world.size() > 1) world.communicator().abort(1);
+  // The other ranks would wait for this one in their next collective: end them now. (A World
+  // that did not start: every rank has the same settings and error, and no one to abort.)
+  if (world.started() && world.size() > 1) world.communicator().abort(1);
   return 1;
 }
 

@@ -51,8 +51,8 @@ class World {
   Device device() const;
   Communicator& communicator();
   bool is_main() const { return rank() == 0; }  // the rank that prints and writes files
-  // A World whose settings were wrong (RINGGRAD_COMM, RINGGRAD_COMM_TIMEOUT_S: checked
-  // before MPI starts) did not start: rank() and size() are the launcher's, main_guard
+  // A World whose settings were wrong (every RINGGRAD_* variable it and the CPU backend read:
+  // checked before MPI starts) did not start: rank() and size() are the launcher's, main_guard
   // prints the error and returns 1, and communicator() throws it.
   bool started() const { return comm_ != nullptr; }
   const std::string& setup_error() const { return setup_error_; }
