@@ -20,6 +20,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gpt=$root/build/bin/gpt rgrun=$root/scripts/rgrun
 steps=${RINGGRAD_CKPT_STEPS:-30} rounds=${RINGGRAD_CKPT_ROUNDS:-2} every=5
+saves=$(( (steps - 1) / every ))  # at every 5th step but the last (its save is after the loop)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=(--steps "$steps" --layers 8 --d-model 512 --heads 8 --seq 128 --batch-size 4 --eval-every 100000
@@ -33,8 +34,8 @@ for ((r = 0; r < rounds; r++)); do
     [ "$mode" = async ] && extra+=(--save-async)
     out=$("$rgrun" -n 2 "$gpt" "${model[@]}" "${extra[@]}" 2>&1) || { echo "$out" >&2; exit 1; }
     step=$(echo "$out" | field step_s) save=$(echo "$out" | field save_s)
-    # the loop's seconds a step, saves included (saves at every 5th step but the last)
-    loop=$(awk -v s="$step" -v v="$save" -v n="$steps" -v e="$every" 'BEGIN { k = int((n - 1) / e); printf "%.5f", s + v * k / n }')
+    # the loop's seconds a step, saves included
+    loop=$(awk -v s="$step" -v v="$save" -v n="$steps" -v k="$saves" 'BEGIN { printf "%.5f", s + v * k / n }')
     echo "round $r $mode: step_s $step, save_s $save, loop $loop s a step" >&2
     if [ -z "${best[$mode]:-}" ] || awk -v a="$loop" -v b="${best[$mode]}" 'BEGIN { exit !(a < b) }'; then
       best[$mode]=$loop stand[$mode]=$save
@@ -43,9 +44,9 @@ for ((r = 0; r < rounds; r++)); do
 done
 params=$(echo "$out" | sed -nE 's/^gpt: ([0-9]+) parameters.*/\1/p')
 size=$(stat -c %s "$work/run.ckpt")
-awk -v n="$steps" -v e="$every" -v p="$params" -v mb="$size" -v none="${best[none]}" -v sync="${best[sync]}" \
+awk -v n="$steps" -v k="$saves" -v p="$params" -v mb="$size" -v none="${best[none]}" -v sync="${best[sync]}" \
     -v async="${best[async]}" -v ss="${stand[sync]}" -v as="${stand[async]}" 'BEGIN {
-  k = int((n - 1) / e); sc = (sync - none) * n / k; ac = (async - none) * n / k
+  sc = (sync - none) * n / k; ac = (async - none) * n / k
   printf "RESULT bench=checkpoint params=%d checkpoint_mb=%.1f saves=%d none_step_s=%.4f sync_step_s=%.4f " \
          "async_step_s=%.4f sync_save_s=%.4f async_save_s=%.4f sync_cost_s=%.4f async_cost_s=%.4f " \
          "async_over_sync=%.2f\n", p, mb / 1e6, k, none, sync, async, ss, as, sc, ac, (sc > 0 ? ac / sc : 0)

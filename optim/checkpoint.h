@@ -118,7 +118,7 @@ class AsyncCheckpointWriter {
   ~AsyncCheckpointWriter();
   void save(Checkpoint checkpoint, const std::string& path);
   void wait();
-  bool in_flight() const { return thread_.joinable(); }
+  bool in_flight() const { return thread_.joinable(); }  // a save started and not yet waited for
 
  private:
   std::thread thread_;
