@@ -167,6 +167,7 @@ using gpt::print_plan;
 using gpt::print_plan_check;
 using gpt::Groups;
 using gpt::Stage;
+using gpt::StageBlocks;
 using gpt::Trainer;
 
 // ---------------------------------------------------------------- generation
@@ -399,7 +400,10 @@ int main(int argc, char** argv) {
                                  "the data (" + (data.empty() ? std::string("the fortunes files") : data) + ")");
     const double unigram = unigram_loss(text.val);
     rg::manual_seed(seed);  // the same initial model on every rank
-    GPT model(config, groups.ep);
+    // --tp/--pp: each rank cuts its stage's blocks as they are made and keeps no whole model.
+    std::optional<StageBlocks> cut;
+    if (tp > 1 || pp > 1) cut.emplace(groups.pp_rank, pp, groups.tp, chunks, config.layers);
+    GPT model(config, groups.ep, cut ? GPT::BlockHook(std::ref(*cut)) : GPT::BlockHook());
     // --cp: a sequence's tokens lie on the cp ranks; its routing statistics are summed over them.
     if (cp > 1)
       for (const auto& moe : model.moes)
@@ -407,7 +411,8 @@ int main(int argc, char** argv) {
           return par::sum_over_ranks(t, cp_group);
         };
     Trainer trainer(strategy, model, everyone, lr, groups, {.micro_batches = pp > 1 ? micro_batches : 1,
-                    .schedule = schedule_kind}, precision, comm_hook.hook(), grad_accum, chunks);
+                    .schedule = schedule_kind}, precision, comm_hook.hook(), grad_accum, chunks,
+                    cut ? &*cut : nullptr);
     const int64_t per_replica = batch * grad_accum;  // sequences per step on each replica
     rg::optim::WarmupCosine schedule(trainer.optimizer(),
                                      {.warmup_steps = std::min<int64_t>(std::max<int64_t>(1, steps / 20), steps - 1),

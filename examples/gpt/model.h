@@ -23,6 +23,7 @@
 #include <ringgrad/parallel/expert_parallel.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -199,10 +200,22 @@ class Block : public rg::nn::Module {
   bool rope_;
 };
 
+// Lets go of a module's numbers, keeping its parameters' names, shapes and dtypes (each
+// becomes a broadcast view of one zero): what a rank of a 4D layout does with the parts of the
+// whole model that its stage does not hold or has made its own copies of (gpt/parallel.h).
+inline void release_numbers(rg::nn::Module& m) {
+  for (auto& [name, t] : m.named_parameters())
+    if (t.dim() > 0) t.set_data(rg::zeros({1}, {.dtype = t.dtype()}).expand(t.shape()));
+}
+
 class GPT : public rg::nn::Module {
  public:
+  // What becomes of block i once it is made (its random numbers drawn, as one process draws
+  // them): under --tp/--pp a rank cuts its stage's share and releases the rest
+  // (gpt/parallel.h, StageBlocks), so that it never holds the whole model.
+  using BlockHook = std::function<void(int64_t, Block&)>;
   // ep: the group the MoE blocks' experts are split over (null: every expert here).
-  explicit GPT(const GPTConfig& c, rg::parallel::Communicator* ep = nullptr)
+  explicit GPT(const GPTConfig& c, rg::parallel::Communicator* ep = nullptr, const BlockHook& made = {})
       : wte(c.vocab, c.d_model) {
     register_module("wte", wte);
     if (c.pos != "rope") {  // learned positions; with rope the blocks rotate q and k instead
@@ -213,6 +226,7 @@ class GPT : public rg::nn::Module {
     for (int64_t i = 0; i < c.layers; ++i) {
       auto block = std::make_shared<Block>(c, &positions, i, ep, &aux_scale);
       if (block->moe) moes.push_back(block->moe);
+      if (made) made(i, *block);
       blocks->add(block);
     }
     ln_f = make_norm(c);

@@ -6,8 +6,10 @@
 #include <ringgrad/parallel/tensor_parallel.h>
 #include <ringgrad/ringgrad.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model.h"
 
@@ -69,6 +71,42 @@ class ParallelBlock : public rg::nn::Module {
   const rg::Tensor* positions_;  // rope: the GPT's global positions (null: learned positions)
 };
 
+// The blocks of pipeline rank r's stage (of p, v chunks a rank) cut over the tp group as the
+// GPT makes them: the GPT's BlockHook. Each whole block lives only until its cut is made;
+// then its numbers are released (a block of another stage's at once), so that a rank holds
+// its stage and at most one whole block, never the whole model, while drawing the same
+// random numbers one process draws. An MoE block's layer is its ParallelBlock's (shared).
+class StageBlocks {
+ public:
+  StageBlocks(int r, int p, par::Communicator& tp, int v, int64_t layers) : tp_(tp) {
+    for (int c = 0; c < v; ++c)
+      for (int64_t b = first_block(int64_t(c) * p + r, int64_t(v) * p, layers);
+           b < first_block(int64_t(c) * p + r + 1, int64_t(v) * p, layers); ++b)
+        cut_[b] = nullptr;
+  }
+  void operator()(int64_t i, Block& whole) {
+    auto it = cut_.find(i);
+    if (it != cut_.end()) it->second = std::make_shared<ParallelBlock>(whole, tp_);
+    std::vector<rg::nn::Module*> parts{whole.ln1.get(), whole.ln2.get(), &whole.attn,
+                                       whole.fc.get(),  whole.proj.get(), whole.mlp.get()};
+    if (it == cut_.end()) parts.push_back(whole.moe.get());  // (held: the ParallelBlock's too)
+    for (rg::nn::Module* m : parts)
+      if (m) release_numbers(*m);
+  }
+  // Block b, cut (Stage's constructor takes each once).
+  std::shared_ptr<ParallelBlock> take(int64_t b) {
+    auto it = cut_.find(b);
+    RG_CHECK(it != cut_.end() && it->second, "gpt", "expected block ", b, " to be cut for this stage");
+    return std::move(it->second);
+  }
+  // The cut (Stage's): stage s of S holds blocks [first_block(s), first_block(s + 1)) of L.
+  static int64_t first_block(int64_t s, int64_t stages, int64_t layers) { return s * layers / stages; }
+
+ private:
+  par::Communicator& tp_;
+  std::map<int64_t, std::shared_ptr<ParallelBlock>> cut_;
+};
+
 // Pipeline rank r of p over a tp group, built from the whole GPT. Without virtual stages
 // (v = 1) it is stage r: blocks [r·L/p, (r+1)·L/p). With v chunks (interleaved 1F1B) it
 // holds stages r, r + p, …, r + (v−1)·p of v·p, stage s being blocks [s·L/S, (s+1)·L/S),
@@ -76,10 +114,12 @@ class ParallelBlock : public rg::nn::Module {
 // first stage (rank 0), the final norm and the LM head with the last (rank p − 1), which
 // reads this rank's vocabulary rows of the token embedding (tied: with p > 1 the last
 // stage keeps its own copy, and the two copies' gradients are summed every step, as
-// Megatron does). Parameter names are the GPT's.
+// Megatron does). Parameter names are the GPT's. Given the blocks cut as the GPT was made
+// (StageBlocks), it takes those, then releases the GPT's embeddings and final norm: the GPT
+// is left a skeleton (names and shapes) beside the stage.
 class Stage : public rg::nn::Module {
  public:
-  Stage(GPT& gpt, int r, int p, par::Communicator& tp, int v = 1)
+  Stage(GPT& gpt, int r, int p, par::Communicator& tp, int v = 1, StageBlocks* cut = nullptr)
       : first_(r == 0), last_(r == p - 1), gpt_(gpt), tp_(tp) {
     if (first_ || last_) {
       wte = std::make_unique<par::VocabParallelEmbedding>(gpt.wte, tp);
@@ -98,13 +138,18 @@ class Stage : public rg::nn::Module {
                     end = first_block(s + 1, stages, layers);
       ranges_.push_back({int64_t(blocks_->size()), int64_t(blocks_->size()) + end - begin});
       for (int64_t b = begin; b < end; ++b)
-        blocks_->add(std::to_string(b), std::make_shared<ParallelBlock>(
-                                            static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
+        blocks_->add(std::to_string(b),
+                     cut ? cut->take(b)
+                         : std::make_shared<ParallelBlock>(static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
       chunks_.push_back(std::make_shared<Chunk>(*this, c, c == 0 && first_, c == v - 1 && last_));
     }
     if (last_) {
       ln_f = copy_norm(*gpt.ln_f);
       register_module("ln_f", ln_f);
+    }
+    if (cut) {
+      release_numbers(gpt.wte), release_numbers(*gpt.ln_f);
+      if (gpt.wpe) release_numbers(*gpt.wpe);
     }
   }
   // first: tokens -> hidden; last: -> this rank's slice of the vocabulary's logits.
@@ -113,7 +158,9 @@ class Stage : public rg::nn::Module {
   bool last() const { return last_; }
   // The cut: stage s of S holds blocks [first_block(s), first_block(s + 1)) of L; stage s
   // lives on rank s mod p.
-  static int64_t first_block(int64_t s, int64_t stages, int64_t layers) { return s * layers / stages; }
+  static int64_t first_block(int64_t s, int64_t stages, int64_t layers) {
+    return StageBlocks::first_block(s, stages, layers);
+  }
   // The model chunks for parallel::Pipeline (this stage's v; chunk 0 alone is forward()).
   std::vector<rg::nn::Module*> chunks() {
     std::vector<rg::nn::Module*> out;

@@ -49,7 +49,9 @@
 //               the next stage sent) and the MLP's hidden gradients (measured per option and
 //               precision: Kept::backward), the pipeline's first stage's largest moment;
 //               with recomputation, at the recomputed block's backward, the kept inputs plus
-//               one block's whole activations; at the end of backward the gradients.
+//               one block's whole activations; at the end of backward the gradients. Under
+//               --tp/--pp, also the model's making: each rank cuts its stage's blocks as
+//               they are made and holds no whole model (gpt/parallel.h, StageBlocks).
 //   work        not memory: the step's FLOPs in GEMMs and in attention, recomputation's
 //               included (what the hardware runs, where MFU counts the model's), and the
 //               bytes its other ops read and write (RESULT plan … gflops= attention_gflops=
@@ -347,6 +349,10 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
   // windows, then its replica's rows (contiguous copies), then its cp shard.
   const double data = 2 * 8 * (double(l.dp * l.batch * l.grad_accum) * double(c.seq) +
                                double(l.batch * l.grad_accum) * double(c.seq) * (l.cp > 1 ? 1 + 1.0 / double(l.cp) : 1));
+  // The whole model's units (0: the embeddings and final norm; 1…L: the blocks), and its largest block.
+  std::vector<double> whole_units(size_t(c.layers + 1), 0);
+  for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1)) whole_units[size_t(p.unit)] += double(p.numel);
+  const double whole_block = *std::max_element(whole_units.begin() + 1, whole_units.end());
   for (int64_t s = 0; s < l.pp; ++s) {
     const std::vector<ParamTensor> ts = parameter_tensors(c, l.tp, s, l.pp);
     RankPlan r;
@@ -397,7 +403,6 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     r.activations = in_flight * one;
     // The peak (see the top): the state, then the largest moment of the step.
     double state = r.params + (ddp_buckets ? r.grads : 0) + r.optim + data;
-    if (four_d) state += 4 * whole;  // gpt.cpp keeps the whole model its stages were cut from
     // Accumulating (--grad-accum, or a pipeline's micro-batches): the whole local gradients
     // live through the later micro-batches (every strategy's no_sync keeps them unsharded,
     // beside DDP's buckets, until the last backward).
@@ -433,6 +438,9 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       moment = std::max(moment, ddp_buckets ? 0.0 : 4 * numel);  // the end of backward: the gradients
     }
     r.peak = state + moment;
+    // Under --tp/--pp the model's making (StageBlocks, gpt/parallel.h): the stage's parameters
+    // so far, the whole embeddings and final norm, and one whole block being cut.
+    if (four_d) r.peak = std::max(r.peak, r.params + 4 * (whole_units.front() + whole_block));
 
     // Bytes sent in one step (parallel/communicator.h counts an all-reduce of n bytes over g
     // ranks as 2(g−1)/g·n, a broadcast or reduce (g−1)/g·n, an all-gather (g−1)·its input,

@@ -59,7 +59,7 @@ struct Trainer {
 
   Trainer(const std::string& s, GPT& m, par::Communicator& c, double lr, const Groups& g,
           par::PipelineOptions pipe, const Precision& p, par::DDPCommHook comm_hook, int64_t accum,
-          int virtual_stages = 1)
+          int virtual_stages = 1, StageBlocks* cut = nullptr)
       : strategy(s), model(m), comm(c), precision(p),
         scaler(rg::optim::GradScalerOptions{.enabled = p.scaled(), .agree = agreement(s, c, g)}),
         accumulation(accum), virtual_stages(virtual_stages) {
@@ -70,7 +70,7 @@ struct Trainer {
       RG_CHECK(s == "ddp", "gpt", "expected --strategy ddp with --tp or --pp above 1 (the gradient "
                "is averaged over the (dp, cp) group after each pipeline step), got ", s);
       groups = &g;
-      stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp, virtual_stages);
+      stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp, virtual_stages, cut);
       stage->autocast_dtype = p.dtype(), stage->autocast = p.mixed();
       pipeline = std::make_unique<par::Pipeline>(stage->chunks(), g.pp, pipe);
       pipeline_micro_batches = pipe.micro_batches;
