@@ -28,12 +28,14 @@
 //   fsdp   FullyShardedDataParallel, one unit per block: parameters sharded as well
 // All four compute the same training run, up to the order of floating-point sums.
 // --tp and --pp add the mesh's other two axes (dp, pp, cp, tp; tp varying fastest):
-// each pipeline stage (Stage below) holds a contiguous run of blocks, built from the
-// whole GPT with its heads, MLP and vocabulary split over the tp ranks (Megatron's
-// layout); 1F1B over --micro-batches moves activations between stages (--schedule
+// each pipeline stage (Stage below) holds a contiguous run of blocks, cut from the GPT's
+// blocks as they are made (no rank holds the whole model) with their heads, MLP and
+// vocabulary split over the tp ranks (Megatron's layout); 1F1B over --micro-batches moves activations between stages (--schedule
 // gpipe, interleaved [--virtual-stages V: each rank holds V chunks of blocks] or zb-h1:
 // the other schedules of parallel/pipeline.h, the same gradients). Then the
-// strategy is ddp: the gradient is all-reduced over (dp, cp) after each pipeline step.
+// strategy is ddp or zero1: the gradient is all-reduced over (dp, cp) after each pipeline
+// step, and under zero1 each of those ranks steps (and keeps AdamW's state for) its share
+// of the stage's parameters, then broadcasts them (Megatron's distributed optimizer).
 // It is still the same training run (the ctest of every strategy and layout compares
 // the losses at step 20).
 //
@@ -342,6 +344,9 @@ int main(int argc, char** argv) {
     RG_CHECK(comm_hook.name == "none" || ((strategy == "ddp" || strategy == "zero1") && tp == 1 && pp == 1),
              "gpt", "expected --comm-hook none unless DDP averages the gradients (--strategy ddp or zero1, "
              "no --tp/--pp), got --comm-hook ", comm_hook.name, " with --strategy ", strategy);
+    RG_CHECK((tp == 1 && pp == 1) || strategy == "ddp" || strategy == "zero1", "gpt",
+             "expected --strategy ddp or zero1 with --tp or --pp above 1 (a stage's gradients are averaged "
+             "over the (dp, cp) group after each pipeline step; zero1 then shares AdamW's state), got ", strategy);
     ckpt.check();
     RG_CHECK(!budget || (strategy == "ddp" && cp == 1 && steps >= 2 && grad_accum == 1),
              "gpt", "expected --budget with --strategy ddp, --cp 1, --grad-accum 1 and --steps >= 2 "

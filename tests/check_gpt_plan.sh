@@ -80,5 +80,9 @@ check 4 --dp 1 --tp 4 --heads 8 --norm rmsnorm --pos rope --mlp swiglu --kv-head
 check 2 --dp 1 --tp 2 --precision bf16
 check 2 --dp 1 --pp 2 --micro-batches 4 --precision bf16
 check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 "${llama[@]}" --precision bf16
+# zero1 under 4D: each data-parallel rank steps (and holds AdamW's state for) its share of
+# its stage's parameters, then broadcasts them.
+check 4 --strategy zero1 --dp 2 --pp 2 --micro-batches 2
+check 4 --strategy zero1 --dp 2 --tp 2 --precision bf16
 [ $status -eq 0 ] || echo "FAILED: a prediction missed" >&2
 exit $status

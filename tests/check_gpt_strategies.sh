@@ -7,7 +7,8 @@
 # parallelism (--dp 1 --cp 2, one replica of twice the sequences), ddp with tensor
 # parallelism (--tp 2), and at world 4 ddp with pipeline x tensor parallelism (1F1B,
 # ZB-H1 and interleaved), Llama's blocks under tp 2, pp 2 x tp 2 and cp 2 x tp 2, and
-# bf16 and fp16 autocast through the pipeline (each against one process in its precision);
+# bf16 and fp16 autocast through the pipeline (each against one process in its precision),
+# zero1 under pp 2 and tp 2 (fp32 and fp16, its checkpoints moving to and from ddp and fsdp);
 # each prints its training loss at step 20 and
 # its validation loss (the train loss is the mean over steps 11-20). All are the same computation up to the order of float32 sums,
 # so every loss must agree with DDP's within 1e-4 (relative). Then a checkpoint
@@ -86,6 +87,20 @@ else
   echo "FAILED: pp 2 x tp 2 resumed at step 10 ends with another checkpoint than 20 steps straight" >&2
   status=1
 fi
+# zero1 under 4D (Megatron's distributed optimizer, by whole tensors): each of the dp ranks
+# steps its share of the stage's parameters and broadcasts them; the norm summed over owners.
+# Its checkpoint gathers the shares into the one-file form: ddp resumes it, and it resumes
+# fsdp's.
+close "zero1, dp 2 x pp 2 (world 4)" "$reference" \
+  "$(losses -n 4 --strategy zero1 --dp 2 --pp 2 --batch-size 4 --micro-batches 2)" || status=1
+zero_pipe=(--strategy zero1 --dp 2 --tp 2 --batch-size 4)
+"$rgrun" -n 4 "$gpt" "${small[@]}" "${zero_pipe[@]}" --save "$dir/zero-half" --max-steps 10 > "$dir/zero.log" 2>&1 ||
+  { cat "$dir/zero.log" >&2; echo "FAILED: zero1 dp 2 x tp 2 --save" >&2; exit 1; }
+close "zero1 dp 2 x tp 2 10 steps, ddp resumes" "$reference" "$(losses --strategy ddp --resume "$dir/zero-half")" || status=1
+close "fsdp 10 steps, zero1 dp 2 x tp 2 resumes" "$reference" \
+  "$(losses -n 4 "${zero_pipe[@]}" --resume "$dir/ckpt")" || status=1
+close "fp16, zero1 dp 2 x pp 2 (world 4)" "$(losses -n 1 --precision fp16 --batch-size 8)" \
+  "$(losses -n 4 --precision fp16 --strategy zero1 --dp 2 --pp 2 --batch-size 4 --micro-batches 2)" || status=1
 # Llama's blocks (RMSNorm, rotary q/k, SwiGLU, 2 K/V heads of 4) split the same ways: the
 # query and K/V heads and SwiGLU's hidden units over tp, the blocks over pp, the sequences'
 # positions (rotated by their global ones) over cp; one process's losses.

@@ -77,7 +77,7 @@ namespace par = ringgrad::parallel;
 
 struct PlanLayout {
   int64_t dp = 1, pp = 1, cp = 1, tp = 1;
-  std::string strategy = "ddp";    // ddp | zero1 | zero2 | fsdp (with tp or pp above 1: ddp)
+  std::string strategy = "ddp";    // ddp | zero1 | zero2 | fsdp (with tp or pp above 1: ddp or zero1)
   int64_t batch = 16;              // sequences per forward on each replica (--batch-size)
   int64_t grad_accum = 1;          // forwards per step
   int64_t micro_batches = 1;       // pipeline micro-batches per forward (pp > 1)

@@ -1,8 +1,10 @@
 // gpt/stage_state.h — the whole model's state from a (pp, tp) layout's stages, and back.
 //
 //   rg::NamedTensors model = gpt::whole_model(stage, gpt, groups, v);   // on pp rank 0
-//   rg::NamedTensors optim = gpt::whole_optimizer_state(stage, gpt, groups, adamw, &meta, v);
-//   gpt::load_stage(stage, gpt, adamw, model, optim, meta);            // every rank
+//   rg::NamedTensors optim = gpt::whole_optimizer_state(stage, gpt, groups, adamw.state_dict(&m), m,
+//                                                       &meta, v);
+//   auto [state, local_meta] = gpt::load_stage(stage, gpt, model, optim, meta);  // every rank
+//   adamw.load_state_dict(state, local_meta);
 //
 // A checkpoint of the 4D layout is written in the one form every strategy writes: the plain
 // GPT's state dict, and AdamW's state as a plain AdamW over the whole model's parameters
@@ -22,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model.h"
@@ -98,15 +101,15 @@ inline rg::NamedTensors whole_model(Stage& stage, GPT& gpt, const Groups& g, int
   return whole;
 }
 
-// This rank's optimizer state, grouped by its parameters' names: each moment made whole over
-// tp (one collective for all of them), the step counters as they are.
-inline std::map<std::string, rg::NamedTensors> whole_buffers(
-    Stage& stage, rg::optim::Optimizer& opt, std::map<std::string, std::string>* meta) {
+// This rank's optimizer state (a plain optimizer's over the stage's parameters), grouped by
+// its parameters' names: each moment made whole over tp (one collective for all of them), the
+// step counters as they are.
+inline std::map<std::string, rg::NamedTensors> whole_buffers(Stage& stage, const rg::NamedTensors& state) {
   const rg::NamedTensors params = stage.named_parameters();
   rg::NamedTensors moments;  // named by their parameter, for tp_unshard
   std::vector<std::pair<std::string, rg::NamedTensors::value_type>>
       buffers;  // (parameter, (buffer, t))
-  for (const auto& [key, t] : opt.state_dict(meta)) {
+  for (const auto& [key, t] : state) {
     const auto k = rg::optim::parse_state_key(key);
     RG_CHECK(k && k->group == 0 && k->index < params.size(), "gpt",
              "expected optimizer keys state.0.<index>.<buffer>, got '", key, "'");
@@ -123,13 +126,14 @@ inline std::map<std::string, rg::NamedTensors> whole_buffers(
   return held;
 }
 
-// AdamW's state as a plain AdamW over the whole GPT writes it, on pp rank 0; `meta` its
-// metadata (every rank). Nothing before the first step (no state yet, on any rank).
+// AdamW's state as a plain AdamW over the whole GPT writes it, on pp rank 0, from `state`
+// and `local_meta`, a plain AdamW's over the stage's parameters; `meta` its metadata (every
+// rank). Nothing before the first step (no state yet, on any rank).
 inline rg::NamedTensors whole_optimizer_state(Stage& stage, GPT& gpt, const Groups& g,
-                                              rg::optim::Optimizer& opt,
+                                              const rg::NamedTensors& state,
+                                              const std::map<std::string, std::string>& local_meta,
                                               std::map<std::string, std::string>* meta, int64_t v) {
-  std::map<std::string, std::string> local_meta;
-  const std::map<std::string, rg::NamedTensors> held = whole_buffers(stage, opt, &local_meta);
+  const std::map<std::string, rg::NamedTensors> held = whole_buffers(stage, state);
   const rg::NamedTensors whole_params = gpt.named_parameters();
   if (meta) {
     *meta = local_meta;
@@ -159,11 +163,12 @@ inline rg::NamedTensors whole_optimizer_state(Stage& stage, GPT& gpt, const Grou
   return out;
 }
 
-// Loads the whole GPT's state and a plain AdamW's over it into this rank's stage and its
-// optimizer: each parameter and moment cut to this rank's slices.
-inline void load_stage(Stage& stage, GPT& gpt, rg::optim::Optimizer& opt,
-                       const rg::NamedTensors& model_state, const rg::NamedTensors& optim_state,
-                       const std::map<std::string, std::string>& meta) {
+// Loads the whole GPT's state into this rank's stage, each parameter cut to this rank's
+// slices, and returns from a plain AdamW's state over it the state (and metadata) of a plain
+// AdamW over the stage's parameters, each moment cut likewise: what its optimizer loads.
+inline std::pair<rg::NamedTensors, std::map<std::string, std::string>> load_stage(
+    Stage& stage, GPT& gpt, const rg::NamedTensors& model_state, const rg::NamedTensors& optim_state,
+    const std::map<std::string, std::string>& meta) {
   std::map<std::string, size_t> local_index;
   const rg::NamedTensors params = stage.named_parameters();
   for (const auto& [name, p] : params) local_index.emplace(name, local_index.size());
@@ -198,7 +203,7 @@ inline void load_stage(Stage& stage, GPT& gpt, rg::optim::Optimizer& opt,
     if (shaped_like_parameter(t)) t = cut[next++].second.contiguous();
   std::map<std::string, std::string> local_meta = meta;
   local_meta["group.0.size"] = std::to_string(params.size());
-  opt.load_state_dict(state, local_meta);
+  return {state, local_meta};
 }
 
 }  // namespace gpt

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,14 +68,20 @@ struct Trainer {
       return std::make_unique<rg::optim::AdamW>(p, rg::optim::AdamOptions{.lr = lr, .weight_decay = 0.01});
     };
     if (g.tp.size() > 1 || g.pp_size > 1) {
-      RG_CHECK(s == "ddp", "gpt", "expected --strategy ddp with --tp or --pp above 1 (the gradient "
-               "is averaged over the (dp, cp) group after each pipeline step), got ", s);
+      RG_CHECK(s == "ddp" || s == "zero1", "gpt", "expected --strategy ddp or zero1 with --tp or --pp above 1, got ", s);
       groups = &g;
       stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp, virtual_stages, cut);
       stage->autocast_dtype = p.dtype(), stage->autocast = p.mixed();
       pipeline = std::make_unique<par::Pipeline>(stage->chunks(), g.pp, pipe);
       pipeline_micro_batches = pipe.micro_batches;
-      adamw = make(stage->parameters());
+      // zero1 (Megatron's distributed optimizer, by whole tensors): each of the (dp, cp)
+      // ranks keeps the AdamW state of its share of the stage's parameters, steps them from
+      // the averaged gradients and broadcasts them back.
+      if (s == "zero1")
+        zero = std::make_unique<par::ZeroRedundancyOptimizer>(stage->parameters(), c, make, par::ZeroOptions{});
+      else
+        adamw = make(stage->parameters());
+      if (zero && p.scaled()) zero_step = std::make_unique<ZeroStep>(*zero);
       // Counted once: a slice of a split parameter on every tp rank; a parameter every tp
       // rank holds whole on tp rank 0; the tied embedding on the first stage only.
       std::map<std::string, int64_t> whole;
@@ -243,9 +250,13 @@ struct Trainer {
     scaler.unscale_(zero_step ? *zero_step : zero ? zero->local_optimizer() : *adamw);  // fp16 only
     if (pipeline) {  // Σ g² over one whole model: each parameter counted once, then summed
       rg::NoGradGuard no_grad;
+      // zero1: each parameter by its owner only (the one that unscaled it), summed over (dp, cp).
+      std::set<const void*> owned;
+      if (zero)
+        for (const rg::Tensor& p : zero->local_parameters()) owned.insert(p.impl_ptr().get());
       std::vector<rg::Tensor> mine;
       for (auto& [p, count] : counted)
-        if (count) mine.push_back(p);
+        if (count && (!zero || owned.count(p.impl_ptr().get()))) mine.push_back(p);
       double experts = 0;  // --ep: every expert of the stage once, over the ep group
       if (groups->ep) {
         rg::Tensor e = rg::full({1}, rg::optim::grad_norm_squared(counted_experts), {.dtype = rg::kFloat64});
@@ -253,9 +264,10 @@ struct Trainer {
         experts = e.item();
       }
       rg::Tensor total = rg::full({1}, rg::optim::grad_norm_squared(mine) + experts, {.dtype = rg::kFloat64});
+      if (zero) comm.all_reduce(total, par::Reduce::Sum);
       groups->pp_tp.all_reduce(total, par::Reduce::Sum);
       const double norm = std::sqrt(total.item());
-      rg::optim::scale_grads_to_norm(stage->parameters(), norm, max_norm);
+      rg::optim::scale_grads_to_norm(zero ? zero->local_parameters() : stage->parameters(), norm, max_norm);
       return norm;
     }
     if (fsdp) return fsdp->clip_grad_norm_(max_norm);
@@ -323,9 +335,12 @@ struct Trainer {
     return whole;
   }
   rg::NamedTensors optimizer_state(std::map<std::string, std::string>* meta) {
-    if (pipeline)  // the first replica's (pp, tp) ranks put it together, as whole_from_stages
-      return comm.rank() == 0 ? whole_optimizer_state(*stage, model, *groups, *adamw, meta, virtual_stages)
+    if (pipeline) {  // the first replica's (pp, tp) ranks put it together, as whole_from_stages
+      std::map<std::string, std::string> local_meta;  // zero1: first gathered over (dp, cp)
+      const rg::NamedTensors local = zero ? zero->consolidate_state_dict(&local_meta, 0) : adamw->state_dict(&local_meta);
+      return comm.rank() == 0 ? whole_optimizer_state(*stage, model, *groups, local, local_meta, meta, virtual_stages)
                               : rg::NamedTensors{};
+    }
     if (zero) return zero->consolidate_state_dict(meta, 0);
     if (fsdp) return fsdp->full_optim_state_dict(*adamw, meta, 0);
     if (groups->ep) {  // every rank takes part in the gathering; rank 0 keeps the result
@@ -406,7 +421,10 @@ struct Trainer {
   // Every rank passes the whole states it read from the files.
   void load(const rg::NamedTensors& model_state, const rg::NamedTensors& optim_state,
             const std::map<std::string, std::string>& meta) {
-    if (pipeline) return load_stage(*stage, model, *adamw, model_state, optim_state, meta);
+    if (pipeline) {
+      const auto [state, local_meta] = load_stage(*stage, model, model_state, optim_state, meta);
+      return zero ? zero->load_consolidated_state_dict(state, local_meta) : adamw->load_state_dict(state, local_meta);
+    }
     if (fsdp) {
       fsdp->load_full_state_dict(model_state);
       fsdp->load_full_optim_state_dict(*adamw, optim_state, meta);
