@@ -1,5 +1,5 @@
 // gpt/parallel.h — the GPT's tensor- and pipeline-parallel pieces (Megatron's layout),
-// built from the whole model of gpt/model.h, and the mesh groups training needs.
+// cut from the model of gpt/model.h as it is made, and the mesh groups training needs.
 #pragma once
 
 #include <ringgrad/parallel/communicator.h>
@@ -107,7 +107,7 @@ class StageBlocks {
   std::map<int64_t, std::shared_ptr<ParallelBlock>> cut_;
 };
 
-// Pipeline rank r of p over a tp group, built from the whole GPT. Without virtual stages
+// Pipeline rank r of p over a tp group, cut from the GPT. Without virtual stages
 // (v = 1) it is stage r: blocks [r·L/p, (r+1)·L/p). With v chunks (interleaved 1F1B) it
 // holds stages r, r + p, …, r + (v−1)·p of v·p, stage s being blocks [s·L/S, (s+1)·L/S),
 // and chunk(c) runs stage c·p + r. The embeddings (vocabulary split over tp) go with the
