@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model.h"
@@ -78,11 +79,12 @@ class ParallelBlock : public rg::nn::Module {
 // random numbers one process draws. An MoE block's layer is its ParallelBlock's (shared).
 class StageBlocks {
  public:
-  StageBlocks(int r, int p, par::Communicator& tp, int v, int64_t layers) : tp_(tp) {
-    for (int c = 0; c < v; ++c)
-      for (int64_t b = first_block(int64_t(c) * p + r, int64_t(v) * p, layers);
-           b < first_block(int64_t(c) * p + r + 1, int64_t(v) * p, layers); ++b)
-        cut_[b] = nullptr;
+  StageBlocks(int r, int p, par::Communicator& tp, int v, int64_t layers) : rank(r), ranks(p), chunks(v), tp_(tp) {
+    for (int c = 0; c < v; ++c) {
+      const int64_t s = int64_t(c) * p + r;
+      ranges.push_back({first_block(s, int64_t(v) * p, layers), first_block(s + 1, int64_t(v) * p, layers)});
+      for (int64_t b = ranges.back().first; b < ranges.back().second; ++b) cut_[b] = nullptr;
+    }
   }
   void operator()(int64_t i, Block& whole) {
     auto it = cut_.find(i);
@@ -99,8 +101,13 @@ class StageBlocks {
     RG_CHECK(it != cut_.end() && it->second, "gpt", "expected block ", b, " to be cut for this stage");
     return std::move(it->second);
   }
-  // The cut (Stage's): stage s of S holds blocks [first_block(s), first_block(s + 1)) of L.
+  // The cut: stage s of S holds blocks [first_block(s), first_block(s + 1)) of L; stage s
+  // lives on rank s mod p.
   static int64_t first_block(int64_t s, int64_t stages, int64_t layers) { return s * layers / stages; }
+
+  const int rank, ranks, chunks;  // pipeline rank r of p, v chunks a rank
+  par::Communicator& tp() const { return tp_; }
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // chunk c's blocks [first, second) of the GPT's
 
  private:
   par::Communicator& tp_;
@@ -114,13 +121,14 @@ class StageBlocks {
 // first stage (rank 0), the final norm and the LM head with the last (rank p − 1), which
 // reads this rank's vocabulary rows of the token embedding (tied: with p > 1 the last
 // stage keeps its own copy, and the two copies' gradients are summed every step, as
-// Megatron does). Parameter names are the GPT's. Given the blocks cut as the GPT was made
-// (StageBlocks), it takes those, then releases the GPT's embeddings and final norm: the GPT
-// is left a skeleton (names and shapes) beside the stage.
+// Megatron does). Parameter names are the GPT's. It takes the blocks cut as the GPT was made
+// (StageBlocks, which says r, p and v), then releases the GPT's embeddings and final norm:
+// the GPT is left a skeleton (names and shapes) beside the stage.
 class Stage : public rg::nn::Module {
  public:
-  Stage(GPT& gpt, int r, int p, par::Communicator& tp, int v = 1, StageBlocks* cut = nullptr)
-      : first_(r == 0), last_(r == p - 1), gpt_(gpt), tp_(tp) {
+  Stage(GPT& gpt, StageBlocks& cut)
+      : first_(cut.rank == 0), last_(cut.rank == cut.ranks - 1), gpt_(gpt), tp_(cut.tp()) {
+    par::Communicator& tp = tp_;
     if (first_ || last_) {
       wte = std::make_unique<par::VocabParallelEmbedding>(gpt.wte, tp);
       register_module("wte", *wte);
@@ -132,33 +140,25 @@ class Stage : public rg::nn::Module {
     }
     // Blocks named by their index in the whole model, so that names match the GPT's.
     blocks_ = register_module("blocks", std::make_shared<rg::nn::Sequential>());
-    const int64_t layers = static_cast<int64_t>(gpt.blocks->size()), stages = int64_t(v) * p;
+    const int v = cut.chunks;
     for (int c = 0; c < v; ++c) {
-      const int64_t s = int64_t(c) * p + r, begin = first_block(s, stages, layers),
-                    end = first_block(s + 1, stages, layers);
+      const auto [begin, end] = cut.ranges[size_t(c)];
       ranges_.push_back({int64_t(blocks_->size()), int64_t(blocks_->size()) + end - begin});
-      for (int64_t b = begin; b < end; ++b)
-        blocks_->add(std::to_string(b),
-                     cut ? cut->take(b)
-                         : std::make_shared<ParallelBlock>(static_cast<Block&>((*gpt.blocks)[static_cast<size_t>(b)]), tp));
+      for (int64_t b = begin; b < end; ++b) blocks_->add(std::to_string(b), cut.take(b));
       chunks_.push_back(std::make_shared<Chunk>(*this, c, c == 0 && first_, c == v - 1 && last_));
     }
     if (last_) {
       ln_f = copy_norm(*gpt.ln_f);
       register_module("ln_f", ln_f);
     }
-    if (cut) {
-      release_numbers(gpt.wte), release_numbers(*gpt.ln_f);
-      if (gpt.wpe) release_numbers(*gpt.wpe);
-    }
+    release_numbers(gpt.wte), release_numbers(*gpt.ln_f);
+    if (gpt.wpe) release_numbers(*gpt.wpe);
   }
   // first: tokens -> hidden; last: -> this rank's slice of the vocabulary's logits.
   rg::Tensor forward(const rg::Tensor& x) override { return run(0, first_, last_, x); }
   bool first() const { return first_; }
   bool last() const { return last_; }
-  // The cut: stage s of S holds blocks [first_block(s), first_block(s + 1)) of L; stage s
-  // lives on rank s mod p.
-  static int64_t first_block(int64_t s, int64_t stages, int64_t layers) {
+  static int64_t first_block(int64_t s, int64_t stages, int64_t layers) {  // StageBlocks'
     return StageBlocks::first_block(s, stages, layers);
   }
   // The model chunks for parallel::Pipeline (this stage's v; chunk 0 alone is forward()).

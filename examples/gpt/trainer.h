@@ -69,8 +69,9 @@ struct Trainer {
     };
     if (g.tp.size() > 1 || g.pp_size > 1) {
       RG_CHECK(s == "ddp" || s == "zero1", "gpt", "expected --strategy ddp or zero1 with --tp or --pp above 1, got ", s);
+      RG_CHECK(cut, "gpt", "expected the stage's blocks cut as the GPT was made (StageBlocks) under --tp or --pp");
       groups = &g;
-      stage = std::make_unique<Stage>(m, g.pp_rank, g.pp_size, g.tp, virtual_stages, cut);
+      stage = std::make_unique<Stage>(m, *cut);
       stage->autocast_dtype = p.dtype(), stage->autocast = p.mixed();
       pipeline = std::make_unique<par::Pipeline>(stage->chunks(), g.pp, pipe);
       pipeline_micro_batches = pipe.micro_batches;
