@@ -36,6 +36,10 @@
 // strategy is ddp or zero1: the gradient is all-reduced over (dp, cp) after each pipeline
 // step, and under zero1 each of those ranks steps (and keeps AdamW's state for) its share
 // of the stage's parameters, then broadcasts them (Megatron's distributed optimizer).
+// --sequence-parallel (with --tp): between the split layers each tp rank keeps 1/tp of the
+// positions (norms, residuals, a stage's sends and a recomputed block's input: 1/tp of the
+// bytes), each split layer all-gathering the positions before it and reduce-scattering
+// after it instead of the all-reduce (Megatron's sequence parallelism, gpt/parallel.h).
 // It is still the same training run (the ctest of every strategy and layout compares
 // the losses at step 20).
 //
@@ -226,6 +230,9 @@ int main(int argc, char** argv) {
   app.add_option("--cp", cp, "ranks sharing each sequence (context parallelism)")->check(CLI::PositiveNumber);
   app.add_option("--tp", tp, "ranks sharing each layer's weights (tensor parallelism)")->check(CLI::PositiveNumber);
   app.add_option("--pp", pp, "pipeline stages (the blocks cut evenly)")->check(CLI::PositiveNumber);
+  bool sequence_parallel = false;
+  app.add_flag("--sequence-parallel", sequence_parallel, "with --tp: between the split layers each tp rank "
+               "keeps 1/tp of the positions (Megatron's sequence parallelism)");
   app.add_option("--micro-batches", micro_batches, "with --pp: micro-batches per step (dividing --batch-size)")
       ->check(CLI::PositiveNumber);
   std::string schedule_name = "1f1b";
@@ -347,6 +354,10 @@ int main(int argc, char** argv) {
     RG_CHECK((tp == 1 && pp == 1) || strategy == "ddp" || strategy == "zero1", "gpt",
              "expected --strategy ddp or zero1 with --tp or --pp above 1 (a stage's gradients are averaged "
              "over the (dp, cp) group after each pipeline step; zero1 then shares AdamW's state), got ", strategy);
+    RG_CHECK(!sequence_parallel || (tp > 1 && (config.seq / cp) % tp == 0 && config.experts == 0 && !budget),
+             "gpt", "expected --sequence-parallel with --tp above 1 dividing each rank's --seq / --cp = ",
+             config.seq / cp, " positions, without --experts (an MoE block routes whole sequences) or --budget "
+             "(--plan counts it), got --tp ", tp, config.experts ? " with --experts" : "", budget ? " with --budget" : "");
     ckpt.check();
     RG_CHECK(!budget || (strategy == "ddp" && cp == 1 && steps >= 2 && grad_accum == 1),
              "gpt", "expected --budget with --strategy ddp, --cp 1, --grad-accum 1 and --steps >= 2 "
@@ -373,7 +384,7 @@ int main(int argc, char** argv) {
     }
     const gpt::PlanLayout layout{.dp = dp, .pp = pp, .cp = cp, .tp = tp, .strategy = strategy, .batch = batch,
                                  .grad_accum = grad_accum, .micro_batches = pp > 1 ? micro_batches : 1,
-                                 .precision = precision.name,
+                                 .precision = precision.name, .sequence_parallel = sequence_parallel,
                                  .merge_is_view = gpt::attention_merge_is_view(config),
                                  .gradient_bytes = comm_hook.name == "none" ? 4 : 2};
     if (plan.plan_only) {  // the plan for this run (with --machine, its step's time): printed, nothing trained
@@ -407,7 +418,7 @@ int main(int argc, char** argv) {
     rg::manual_seed(seed);  // the same initial model on every rank
     // --tp/--pp: each rank cuts its stage's blocks as they are made and keeps no whole model.
     std::optional<StageBlocks> cut;
-    if (tp > 1 || pp > 1) cut.emplace(groups.pp_rank, pp, groups.tp, chunks, config.layers);
+    if (tp > 1 || pp > 1) cut.emplace(groups.pp_rank, pp, groups.tp, chunks, config.layers, sequence_parallel);
     GPT model(config, groups.ep, cut ? GPT::BlockHook(std::ref(*cut)) : GPT::BlockHook());
     // --cp: a sequence's tokens lie on the cp ranks; its routing statistics are summed over them.
     if (cp > 1)

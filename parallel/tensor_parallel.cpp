@@ -345,18 +345,23 @@ Tensor ParallelSelfAttention::unshard(const std::string& name, const Tensor& loc
 
 // ---------------------------------------------------------------- Llama's MLP
 
-ParallelSwiGLU::ParallelSwiGLU(const nn::SwiGLU& whole, Communicator& tp)
-    : w1(whole.w1, tp), w2(whole.w2, tp, {.input_is_parallel = true}), w3(whole.w3, tp), tp_(tp) {
+ParallelSwiGLU::ParallelSwiGLU(const nn::SwiGLU& whole, Communicator& tp, bool sequence_parallel)
+    : w1(whole.w1, tp),
+      w2(whole.w2, tp, {.input_is_parallel = true, .sequence_parallel = sequence_parallel}),
+      w3(whole.w3, tp),
+      tp_(tp),
+      sequence_parallel_(sequence_parallel) {
   register_module("w1", w1);
   register_module("w2", w2);
   register_module("w3", w3);
 }
 
 Tensor ParallelSwiGLU::forward(const Tensor& x) {
-  Tensor whole = copy_to_tp_region(x, tp_);  // one f for both column layers
+  // One f (or one all-gather of the sequence shards) for both column layers.
+  Tensor whole = sequence_parallel_ ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_);
   Tensor hidden =
       nn::silu(nn::linear(whole, w1.weight, w1.bias)) * nn::linear(whole, w3.weight, w3.bias);
-  return w2(hidden);  // row parallel: the partial sums all-reduced (g)
+  return w2(hidden);  // row parallel: the partial sums all-reduced (g) or reduce-scattered
 }
 
 // ---------------------------------------------------------------- the vocabulary
@@ -378,8 +383,12 @@ Tensor local_index(const Tensor& indices, int64_t start, int64_t size) {
 
 }  // namespace
 
-VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& whole, Communicator& tp)
-    : num_embeddings(whole.num_embeddings), embedding_dim(whole.embedding_dim), tp_(tp) {
+VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& whole, Communicator& tp,
+                                               bool sequence_parallel)
+    : num_embeddings(whole.num_embeddings),
+      embedding_dim(whole.embedding_dim),
+      tp_(tp),
+      sequence_parallel_(sequence_parallel) {
   RG_CHECK(num_embeddings % tp.size() == 0, "VocabParallelEmbedding", "expected num_embeddings ",
            num_embeddings, " divisible by the tensor-parallel size ", tp.size());
   RG_CHECK(!whole.padding_idx, "VocabParallelEmbedding", "expected an Embedding without padding_idx");
@@ -406,7 +415,10 @@ Tensor VocabParallelEmbedding::forward(const Tensor& indices) {
   Tensor flat = indices.reshape({-1});
   Tensor rows = index_select(weight, 0, local_index(flat, vocab_start, vocab_size));
   Tensor mine = rows * in_range(flat, vocab_start, vocab_size, rows).unsqueeze(1);  // others: 0
-  return reduce_from_tp_region(mine, tp_).view(out_shape);
+  if (!sequence_parallel_) return reduce_from_tp_region(mine, tp_).view(out_shape);
+  RG_CHECK(indices.dim() >= 1, "VocabParallelEmbedding", "expected indices with a sequence dim under "
+           "sequence parallelism, got shape ", shape_str(indices.shape()));
+  return reduce_scatter_to_sequence_region(mine.view(out_shape), tp_, indices.dim() - 1);
 }
 
 Tensor vocab_parallel_cross_entropy(const Tensor& local_logits, const Tensor& target,

@@ -166,10 +166,11 @@ class ParallelSelfAttention : public nn::Module, public TensorParallelModule {
 // Llama's MLP, w2(silu(w1 x) · w3 x), split as Megatron splits it: w1 and w3 column parallel
 // (rank r keeps the same hidden units of both), w2 row parallel; one all-reduce in forward,
 // one in backward (w1 and w3 share their input's f). From a plain nn::SwiGLU; the names are
-// its own (w1, w2, w3).
+// its own (w1, w2, w3). sequence_parallel: x and the output are this rank's sequence shards
+// (B, T/N, E): x all-gathered once for w1 and w3, w2's partial sums reduce-scattered.
 class ParallelSwiGLU : public nn::Module {
  public:
-  ParallelSwiGLU(const nn::SwiGLU& whole, Communicator& tp);
+  ParallelSwiGLU(const nn::SwiGLU& whole, Communicator& tp, bool sequence_parallel = false);
   Tensor forward(const Tensor& x) override;
 
   ColumnParallelLinear w1;
@@ -178,14 +179,18 @@ class ParallelSwiGLU : public nn::Module {
 
  private:
   Communicator& tp_;
+  bool sequence_parallel_;
 };
 
 // An embedding with the vocabulary split across the tp group: rank r keeps rows
 // [r·V/N, (r+1)·V/N) of the table; each rank looks up the tokens that fall in its rows
 // (zeros for the others) and the results are summed (reduce_from_tp_region).
+// sequence_parallel: the sums reduce-scattered instead, each rank keeping its positions of
+// the indices' last dim (B, T) -> (B, T/N, E): half the bytes of the all-reduce, and what a
+// sequence-parallel block takes.
 class VocabParallelEmbedding : public nn::Module, public TensorParallelModule {
  public:
-  VocabParallelEmbedding(const nn::Embedding& whole, Communicator& tp);
+  VocabParallelEmbedding(const nn::Embedding& whole, Communicator& tp, bool sequence_parallel = false);
   Tensor forward(const Tensor& indices) override;  // int64 (…) -> (…, embedding_dim)
   Tensor shard(const std::string& name, const Tensor& whole) const override;
   Tensor unshard(const std::string& name, const Tensor& local) const override;
@@ -195,6 +200,7 @@ class VocabParallelEmbedding : public nn::Module, public TensorParallelModule {
 
  private:
   Communicator& tp_;
+  bool sequence_parallel_;
 };
 
 // Cross-entropy (mean over tokens) of logits whose last dim is split across the tp group

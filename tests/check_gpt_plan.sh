@@ -4,7 +4,7 @@
 #   tests/check_gpt_plan.sh RGRUN GPT [ARGS...]
 #
 # For each layout below (strategies, tensor, pipeline and context parallelism, recomputation,
-# precision, accumulation, a 16-bit comm hook), `gpt --plan --world N` predicts, and a 3-step run under
+# precision, accumulation, a 16-bit comm hook, sequence parallelism), `gpt --plan --world N` predicts, and a 3-step run under
 # `RGRUN -n N` measures, the largest rank's parameters, gradients and optimizer state and the
 # bytes it sends in a step, in all and by kind of collective with the number of operations
 # of each (which must agree to the byte), and its peak tensor memory (within
@@ -84,5 +84,14 @@ check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 "${llama[@]}" --precision bf16
 # its stage's parameters, then broadcasts them.
 check 4 --strategy zero1 --dp 2 --pp 2 --micro-batches 2
 check 4 --strategy zero1 --dp 2 --tp 2 --precision bf16
+# Sequence parallelism: between the split layers 1/tp of the positions (the norms, residuals,
+# sends and a recomputed block's input), each split layer's all-reduce an all-gather and a
+# reduce-scatter.
+check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 --recompute selective --sequence-parallel
+check 2 --dp 1 --tp 2 --recompute full --sequence-parallel
+check 4 --dp 1 --cp 2 --tp 2 --recompute full --sequence-parallel
+check 2 --dp 1 --tp 2 "${llama[@]}" --sequence-parallel
+check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 "${llama[@]}" --precision bf16 --sequence-parallel
+check 4 --strategy zero1 --dp 2 --tp 2 --precision bf16 --sequence-parallel
 [ $status -eq 0 ] || echo "FAILED: a prediction missed" >&2
 exit $status

@@ -9,6 +9,7 @@
 # ZB-H1 and interleaved), Llama's blocks under tp 2, pp 2 x tp 2 and cp 2 x tp 2, and
 # bf16 and fp16 autocast through the pipeline (each against one process in its precision),
 # zero1 under pp 2 and tp 2 (fp32 and fp16, its checkpoints moving to and from ddp and fsdp);
+# sequence parallelism (tp 2, pp 2 x tp 2, zero1 dp 2 x tp 2, Llama's under pp and cp, bf16);
 # each prints its training loss at step 20 and
 # its validation loss (the train loss is the mean over steps 11-20). All are the same computation up to the order of float32 sums,
 # so every loss must agree with DDP's within 1e-4 (relative). Then a checkpoint
@@ -112,11 +113,27 @@ close "llama, pp 2 x tp 2 (world 4)" "$llama_reference" \
   "$(losses -n 4 "${llama[@]}" --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --schedule zb-h1)" || status=1
 close "llama, cp 2 x tp 2 (world 4)" "$llama_reference" \
   "$(losses -n 4 "${llama[@]}" --dp 1 --cp 2 --tp 2 --batch-size 8)" || status=1
+# Sequence parallelism: between the split layers each tp rank keeps its half of the
+# positions (norms, residuals, the pipeline's sends, a recomputed block's input), the norms'
+# and row biases' gradients summed over tp: still one process's losses.
+close "sp, tp 2" "$reference" "$(losses --dp 1 --tp 2 --batch-size 8 --sequence-parallel)" || status=1
+close "sp, pp 2 x tp 2 zb-h1 (world 4)" "$reference" \
+  "$(losses -n 4 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --schedule zb-h1 --sequence-parallel)" || status=1
+close "sp, zero1 dp 2 x tp 2 (world 4)" "$reference" \
+  "$(losses -n 4 --strategy zero1 --dp 2 --tp 2 --sequence-parallel --recompute full)" || status=1
+close "llama, sp, pp 2 x tp 2 (world 4)" "$llama_reference" \
+  "$(losses -n 4 "${llama[@]}" --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --sequence-parallel)" || status=1
+close "llama, sp, cp 2 x tp 2 (world 4)" "$llama_reference" \
+  "$(losses -n 4 "${llama[@]}" --dp 1 --cp 2 --tp 2 --batch-size 8 --sequence-parallel --recompute selective)" ||
+  status=1
 # Autocast inside the pipeline's chunks (their backward run by the schedule, outside it),
 # the loss in float32, fp16's scale and its skipped steps agreed over every rank.
 bf16_reference=$(losses -n 1 --precision bf16 --batch-size 8)
 close "bf16, pp 2 x tp 2 (world 4)" "$bf16_reference" \
   "$(losses -n 4 --precision bf16 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4)" || status=1
+close "bf16, sp, pp 2 x tp 2 (world 4)" "$bf16_reference" \
+  "$(losses -n 4 --precision bf16 --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4 --sequence-parallel)" ||
+  status=1
 close "fp16, pp 2 zb-h1, llama" "$(losses -n 1 --precision fp16 "${llama[@]}" --batch-size 8)" \
   "$(losses --precision fp16 "${llama[@]}" --dp 1 --pp 2 --batch-size 8 --micro-batches 4 --schedule zb-h1)" || status=1
 # Experts (an MoE in every other block, one shared, capacity 1.25): every sequence is one

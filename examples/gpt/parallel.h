@@ -24,24 +24,34 @@ namespace par = ringgrad::parallel;
 // MLP's or SwiGLU's hidden units; the norms whole on every rank (LayerNorm or RMSNorm).
 // An MoE block keeps its MoE whole on every tp rank (the plain block's own layer): its
 // input, after attention's all-reduce, is the same on each, so each computes it alike.
+// Sequence parallelism (Megatron's, --sequence-parallel): the block's input and output are
+// this rank's 1/t of the positions, (b, T/t, E); the norms and residual adds run on them, each
+// split layer all-gathers the positions before it and reduce-scatters its partial sums after
+// it (the bytes of the all-reduce it replaces). The norms' and row biases' gradients are then
+// partial sums over the tp ranks' positions: sequence_parallel_parameters() lists them.
 class ParallelBlock : public rg::nn::Module {
  public:
-  ParallelBlock(const Block& plain, par::Communicator& tp)
-      : ln1(copy_norm(*plain.ln1)), ln2(copy_norm(*plain.ln2)), attn(plain.attn, tp, /*causal=*/true),
-        moe(plain.moe), recompute(plain.recompute), aux_scale(plain.aux_scale),
-        positions_(plain.rope_positions()) {
+  ParallelBlock(const Block& plain, par::Communicator& tp, bool sequence_parallel = false)
+      : ln1(copy_norm(*plain.ln1)), ln2(copy_norm(*plain.ln2)),
+        attn(plain.attn, tp, /*causal=*/true, sequence_parallel), moe(plain.moe), recompute(plain.recompute),
+        aux_scale(plain.aux_scale), sequence_parallel(sequence_parallel), positions_(plain.rope_positions()),
+        tp_size_(tp.size()) {
+    RG_CHECK(!(sequence_parallel && plain.moe), "gpt", "expected no MoE block under sequence parallelism "
+             "(its routing statistics need every position of a sequence on each tp rank)");
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
     if (moe) {
       register_module("moe", moe);
     } else if (plain.mlp) {
-      mlp = std::make_shared<par::ParallelSwiGLU>(*plain.mlp, tp);
+      mlp = std::make_shared<par::ParallelSwiGLU>(*plain.mlp, tp, sequence_parallel);
       register_module("mlp", mlp);
     } else {
-      fc = std::make_shared<par::ColumnParallelLinear>(*plain.fc, tp);
-      proj = std::make_shared<par::RowParallelLinear>(*plain.proj, tp,
-                                                      par::RowParallelOptions{.input_is_parallel = true});
+      fc = std::make_shared<par::ColumnParallelLinear>(
+          *plain.fc, tp, par::ColumnParallelOptions{.sequence_parallel = sequence_parallel});
+      proj = std::make_shared<par::RowParallelLinear>(
+          *plain.proj, tp,
+          par::RowParallelOptions{.input_is_parallel = true, .sequence_parallel = sequence_parallel});
       register_module("fc", fc);
       register_module("proj", proj);
     }
@@ -50,13 +60,24 @@ class ParallelBlock : public rg::nn::Module {
     return block_forward(
         recompute, x,
         [this](const rg::Tensor& in) {
-          return positions_ ? attn((*ln1)(in), positions_->narrow(1, 0, in.size(1))) : attn((*ln1)(in));
+          // rope: attention sees the gathered positions under sequence parallelism.
+          const int64_t T = in.size(1) * (sequence_parallel ? tp_size_ : 1);
+          return positions_ ? attn((*ln1)(in), positions_->narrow(1, 0, T)) : attn((*ln1)(in));
         },
         [this](const rg::Tensor& y) {
           rg::Tensor z = (*ln2)(y);
           if (moe) return moe_forward(*moe, z, aux_scale);
           return mlp ? (*mlp)(z) : (*proj)(rg::gelu((*fc)(z)));
         });
+  }
+  // The parameters every tp rank holds whole but, under sequence parallelism, applies to its
+  // own positions only: the norms and the row-parallel layers' biases.
+  std::vector<rg::Tensor> sequence_parallel_parameters() {
+    std::vector<rg::Tensor> out = ln1->parameters();
+    for (const rg::Tensor& p : ln2->parameters()) out.push_back(p);
+    for (const rg::Tensor& b : {attn.out_proj.bias, proj ? proj->bias : rg::Tensor(), mlp ? mlp->w2.bias : rg::Tensor()})
+      if (b.defined()) out.push_back(b);
+    return out;
   }
 
   std::shared_ptr<rg::nn::Module> ln1, ln2;  // LayerNorm or RMSNorm, whole
@@ -67,9 +88,11 @@ class ParallelBlock : public rg::nn::Module {
   std::shared_ptr<par::RowParallelLinear> proj;
   std::string recompute;     // GPTConfig::recompute
   const double* aux_scale;   // the GPT's (Block::aux_scale)
+  const bool sequence_parallel;
 
  private:
   const rg::Tensor* positions_;  // rope: the GPT's global positions (null: learned positions)
+  int64_t tp_size_;
 };
 
 // The blocks of pipeline rank r's stage (of p, v chunks a rank) cut over the tp group as the
@@ -79,7 +102,8 @@ class ParallelBlock : public rg::nn::Module {
 // random numbers one process draws. An MoE block's layer is its ParallelBlock's (shared).
 class StageBlocks {
  public:
-  StageBlocks(int r, int p, par::Communicator& tp, int v, int64_t layers) : rank(r), ranks(p), chunks(v), tp_(tp) {
+  StageBlocks(int r, int p, par::Communicator& tp, int v, int64_t layers, bool sequence_parallel = false)
+      : rank(r), ranks(p), chunks(v), sequence_parallel(sequence_parallel), tp_(tp) {
     for (int c = 0; c < v; ++c) {
       const int64_t s = int64_t(c) * p + r;
       ranges.push_back({first_block(s, int64_t(v) * p, layers), first_block(s + 1, int64_t(v) * p, layers)});
@@ -88,7 +112,7 @@ class StageBlocks {
   }
   void operator()(int64_t i, Block& whole) {
     auto it = cut_.find(i);
-    if (it != cut_.end()) it->second = std::make_shared<ParallelBlock>(whole, tp_);
+    if (it != cut_.end()) it->second = std::make_shared<ParallelBlock>(whole, tp_, sequence_parallel);
     std::vector<rg::nn::Module*> parts{whole.ln1.get(), whole.ln2.get(), &whole.attn,
                                        whole.fc.get(),  whole.proj.get(), whole.mlp.get()};
     if (it == cut_.end()) parts.push_back(whole.moe.get());  // (held: the ParallelBlock's too)
@@ -106,6 +130,7 @@ class StageBlocks {
   static int64_t first_block(int64_t s, int64_t stages, int64_t layers) { return s * layers / stages; }
 
   const int rank, ranks, chunks;  // pipeline rank r of p, v chunks a rank
+  const bool sequence_parallel;   // the blocks' (ParallelBlock), and so the stage's
   par::Communicator& tp() const { return tp_; }
   std::vector<std::pair<int64_t, int64_t>> ranges;  // chunk c's blocks [first, second) of the GPT's
 
@@ -127,10 +152,11 @@ class StageBlocks {
 class Stage : public rg::nn::Module {
  public:
   Stage(GPT& gpt, StageBlocks& cut)
-      : first_(cut.rank == 0), last_(cut.rank == cut.ranks - 1), gpt_(gpt), tp_(cut.tp()) {
+      : first_(cut.rank == 0), last_(cut.rank == cut.ranks - 1), sequence_parallel_(cut.sequence_parallel),
+        gpt_(gpt), tp_(cut.tp()) {
     par::Communicator& tp = tp_;
     if (first_ || last_) {
-      wte = std::make_unique<par::VocabParallelEmbedding>(gpt.wte, tp);
+      wte = std::make_unique<par::VocabParallelEmbedding>(gpt.wte, tp, sequence_parallel_);
       register_module("wte", *wte);
     }
     if (first_ && gpt.wpe) {  // learned positions (with rope the blocks rotate q and k)
@@ -161,6 +187,19 @@ class Stage : public rg::nn::Module {
   static int64_t first_block(int64_t s, int64_t stages, int64_t layers) {  // StageBlocks'
     return StageBlocks::first_block(s, stages, layers);
   }
+  // Under sequence parallelism, the parameters whose gradients are partial sums over the tp
+  // ranks' positions (the norms, the row biases, the learned positions): the trainer sums them.
+  std::vector<rg::Tensor> sequence_parallel_parameters() {
+    std::vector<rg::Tensor> out;
+    if (!sequence_parallel_) return out;
+    for (size_t b = 0; b < blocks_->size(); ++b)
+      for (const rg::Tensor& p : dynamic_cast<ParallelBlock&>((*blocks_)[b]).sequence_parallel_parameters())
+        out.push_back(p);
+    if (ln_f)
+      for (const rg::Tensor& p : ln_f->parameters()) out.push_back(p);
+    if (wpe) out.push_back(wpe->weight);
+    return out;
+  }
   // The model chunks for parallel::Pipeline (this stage's v; chunk 0 alone is forward()).
   std::vector<rg::nn::Module*> chunks() {
     std::vector<rg::nn::Module*> out;
@@ -188,14 +227,21 @@ class Stage : public rg::nn::Module {
   rg::Tensor run(int chunk, bool first, bool last, const rg::Tensor& x) {
     rg::autocast amp(rg::kCPU, autocast_dtype, autocast);  // off for fp32
     rg::Tensor h = x;
-    if (first) h = wpe ? (*wte)(x) + (*wpe)(gpt_.positions.narrow(1, 0, x.size(1))) : (*wte)(x);
+    if (first) {  // under sequence parallelism this rank's positions only: (b, T/t, E)
+      h = (*wte)(x);
+      const int64_t start = sequence_parallel_ ? tp_.rank() * h.size(1) : 0;
+      if (wpe) h = h + (*wpe)(gpt_.positions.narrow(1, start, h.size(1)));
+    }
     for (int64_t b = ranges_[size_t(chunk)].first; b < ranges_[size_t(chunk)].second; ++b)
       h = (*blocks_)[static_cast<size_t>(b)](h);
     if (!last) return h;
-    return rg::matmul(par::copy_to_tp_region((*ln_f)(h), tp_), wte->weight.t());
+    // The LM head (vocabulary split): every position's final norm on every rank.
+    rg::Tensor z = (*ln_f)(h);
+    z = sequence_parallel_ ? par::gather_from_sequence_region(z, tp_) : par::copy_to_tp_region(z, tp_);
+    return rg::matmul(z, wte->weight.t());
   }
 
-  bool first_, last_;
+  bool first_, last_, sequence_parallel_;
   GPT& gpt_;  // its positions (context_parallel shards them)
   par::Communicator& tp_;
   std::shared_ptr<rg::nn::Sequential> blocks_;

@@ -27,7 +27,11 @@
 //               b sequences of T tokens (T/cp under context parallelism), E wide, H heads;
 //               with --tp t the attention's and MLP's inner tensors are split:
 //               4·bTE + 12·bTE/t + (4 + H/t)·bT; --recompute selective keeps the attention
-//               half only (7·bTE + (2 + H)·bT), full the block's input only (bTE). The head
+//               half only (7·bTE + (2 + H)·bT), full the block's input only (bTE).
+//               --sequence-parallel: of the four whole bTE (the block's input, its middle
+//               residual, the two norms' outputs) only the norms' outputs, gathered for and
+//               kept by the split GEMMs, stay whole: 2·bTE + 2·bTE/t + 12·bTE/t + (4 + H)/t·bT;
+//               full recomputation keeps bTE/t, and a stage's sends are 1/t. The head
 //               keeps 2·bTE + 2·bT + bT·V/t + bT (the final norm, the logits, the loss's
 //               log-sum-exp). A pipeline stage keeps the micro-batches in flight: under 1F1B
 //               stage s holds min(m, p − s), each of b = batch/m rows, and a stage that sends
@@ -38,7 +42,9 @@
 //               (g−1)·its input, a reduce-scatter (g−1)/g·its whole input, a send all of it):
 //               DDP's buckets; ZeRO-1's broadcasts and ZeRO-2's reduces; FSDP's gathers (each
 //               block twice per micro-batch, the root once) and reduce-scatters; tp's and pp's
-//               (gpt/budget.h, again for the recomputed forward's all-reduces); ring attention's
+//               (gpt/budget.h, again for the recomputed forward's all-reduces; under
+//               --sequence-parallel each all-reduce an all-gather and a reduce-scatter of the
+//               same bytes, and one all-reduce of the norms' and row biases' gradients); ring attention's
 //               K, V, dK, dV passes; the clipping norm's all-reduce. By kind of collective
 //               and mesh axis, with the number of operations (Traffic): what a model of the
 //               step's time needs, each operation's latency beside its bytes.
@@ -82,6 +88,7 @@ struct PlanLayout {
   int64_t grad_accum = 1;          // forwards per step
   int64_t micro_batches = 1;       // pipeline micro-batches per forward (pp > 1)
   std::string precision = "fp32";  // fp32 | bf16 | fp16: autocast over float32 parameters
+  bool sequence_parallel = false;  // --sequence-parallel (with tp above 1)
   bool merge_is_view = true;       // attention's output already in out_proj's layout (fused kernel)
   int64_t gradient_bytes = 4;      // a gradient on DDP's wire: 4, or 2 (a 16-bit comm hook)
   int64_t world() const { return dp * pp * cp * tp; }
@@ -167,6 +174,17 @@ inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp
   return out;
 }
 
+// Under sequence parallelism, the numbers of stage `stage`'s parameters whose gradients are
+// summed over tp (gpt/parallel.h): the norms, the row layers' biases, the learned positions.
+inline int64_t sequence_parallel_numel(const GPTConfig& c, int64_t stage, int64_t pp) {
+  const int64_t E = c.d_model, norm = c.norm == "rmsnorm" ? E : 2 * E;
+  const int64_t biases = c.mlp == "swiglu" ? E : 2 * E;  // out_proj's (and GELU's proj's)
+  int64_t n = c.layers / pp * (2 * norm + biases);
+  if (stage == 0 && c.pos != "rope") n += c.seq * E;
+  if (stage == pp - 1) n += norm;
+  return n;
+}
+
 // The whole model's parameters (numbers).
 inline int64_t parameter_count(const GPTConfig& c) {
   int64_t n = 0;
@@ -209,6 +227,10 @@ struct Kept {
 inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
   const double T = double(c.seq / l.cp), E = double(c.d_model), H = double(c.heads), t = double(l.tp);
   const double V = double(c.vocab), bTE = b * T * E, bT = b * T;
+  // Sequence parallelism: what was whole on every tp rank between the split layers (the
+  // residual stream, the norms' inputs and statistics) is 1/t of it; the split layers' inputs,
+  // gathered, stay whole (kept by their GEMMs for the weights' gradients).
+  const double s = l.sequence_parallel ? t : 1;
   const double merge = l.merge_is_view ? 0 : bTE / t;  // the heads merged by a copy (the GEMM route)
   Kept k;
   // The MLP's backward: the hidden layer's gradients before and after GELU, the block input's,
@@ -221,7 +243,7 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
   // hidden tensors' gradients) in float32; under autocast 7.5 for either, and the block's
   // output gradient cast to 16 bits beside its float32 self (6 bytes a number, whole on every
   // tp rank). Rotary embeddings, RMSNorm and grouped-query attention change none of it.
-  k.backward = l.precision == "fp32" ? (c.mlp == "swiglu" ? 8 : 5) * hidden * bT / t : 6 * bTE + 7.5 * hidden * bT / t;
+  k.backward = l.precision == "fp32" ? (c.mlp == "swiglu" ? 8 : 5) * hidden * bT / t : 6 * bTE / s + 7.5 * hidden * bT / t;
   if (l.precision == "fp32") {
     // Llama's options, measured per block beside GPT-2's (numbers): RMSNorm keeps its
     // normalised input beside its input, and one statistic a row instead of two (whole on
@@ -232,19 +254,21 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
     // hidden units' tensors are this rank's share (1/t).
     const double kv = c.kv_heads == 0 ? H : double(c.kv_heads), r = kv / H;
     double attention_extra = 0, mlp_extra = 0;
-    if (c.norm == "rmsnorm") attention_extra += bTE - bT, mlp_extra += bTE - bT;
+    if (c.norm == "rmsnorm") attention_extra += (bTE - bT) / s, mlp_extra += (bTE - bT) / s;
     if (kv < H) attention_extra += (-2 * (1 - r) * bTE + (kv > 1 ? 2 * bTE : 0)) / t;
     if (c.pos == "rope") attention_extra += (2 + 3 * r) * bTE / t;
     if (c.mlp == "swiglu") mlp_extra += (5 * hidden * bT - 8 * bTE) / t;
-    const double whole = 4 * (4 * bTE + 12 * bTE / t + merge + (4 + H / t) * bT + attention_extra + mlp_extra);
+    // (x, y and the norms' two outputs, as their GEMMs keep them; each norm's two statistics)
+    const double whole = 4 * (2 * bTE + 2 * bTE / s + 12 * bTE / t + merge + (4 / s + H / t) * bT + attention_extra +
+                              mlp_extra);
     k.block_whole = whole;
     if (c.recompute == "full")
-      k.block = 4 * bTE;
+      k.block = 4 * bTE / s;
     else if (c.recompute == "selective")
-      k.block = 4 * (3 * bTE + 4 * bTE / t + merge + (2 + H / t) * bT + attention_extra);
+      k.block = 4 * (bTE + 2 * bTE / s + 4 * bTE / t + merge + (2 / s + H / t) * bT + attention_extra);
     else
       k.block = whole;
-    k.head = 4 * (2 * bTE + 2 * bT + bT * V / t + bT);
+    k.head = 4 * (bTE / s + bTE + 2 * bT / s + bT * V / t + bT);
   } else {  // autocast (memory_budget.cpp): the residual stream float32, GEMM inputs bfloat16
     // Llama's options in bytes, measured beside GPT-2's: RMSNorm keeps its float32 normalised
     // input and one statistic a row (as in float32); rotary embeddings the rotated q and k and
@@ -258,20 +282,22 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
     // tensors and the weights' copies are this rank's share (1/t).
     const double kv = c.kv_heads == 0 ? H : double(c.kv_heads), r = kv / H;
     double attention_extra = 0, mlp_extra = 0, head_extra = 0;
-    if (c.norm == "rmsnorm") attention_extra += 4 * (bTE - bT), mlp_extra += 4 * (bTE - bT), head_extra += 4 * (bTE - bT);
+    if (c.norm == "rmsnorm")
+      attention_extra += 4 * (bTE - bT) / s, mlp_extra += 4 * (bTE - bT) / s, head_extra += 4 * (bTE - bT) / s;
     if (c.pos == "rope") attention_extra += 2 * (2 + 3 * r) * bTE / t;
     attention_extra -= 2 * 2 * (1 - r) * E * E / t;  // the k and v weights' copies
     if (c.mlp == "swiglu") mlp_extra += 2 * (5 * hidden * bT - 8 * bTE) / t + 2 * bTE + 2 * (3 * hidden * E - 8 * E * E) / t;
-    const double whole = 4 * 2 * bTE + 2 * 2 * bTE + 2 * 13 * bTE / t + 4 * 4 * bT + 4 * H / t * bT + 2 * 12 * E * E / t +
-                         attention_extra + mlp_extra;
+    const double whole = 4 * 2 * bTE / s + 2 * 2 * bTE + 2 * 13 * bTE / t + 4 * 4 * bT / s + 4 * H / t * bT +
+                         2 * 12 * E * E / t + attention_extra + mlp_extra;
     k.block_whole = whole;
     if (c.recompute == "full")
-      k.block = 4 * bTE;
+      k.block = 4 * bTE / s;
     else if (c.recompute == "selective")  // x, y float32; ln1's output, q, k, v, attention's two
-      k.block = 4 * 2 * bTE + 2 * bTE + 2 * 5 * bTE / t + 4 * 2 * bT + 4 * H / t * bT + 2 * 4 * E * E / t + attention_extra;
+      k.block = 4 * 2 * bTE / s + 2 * bTE + 2 * 5 * bTE / t + 4 * 2 * bT / s + 4 * H / t * bT + 2 * 4 * E * E / t +
+                attention_extra;
     else
       k.block = whole;
-    k.head = 4 * bTE + 2 * bTE + 4 * 2 * bT + 2 * V / t * E + 4 * bT * V / t + 4 * bT + head_extra;
+    k.head = 4 * bTE / s + 2 * bTE + 4 * 2 * bT / s + 2 * V / t * E + 4 * bT * V / t + 4 * bT + head_extra;
   }
   return k;
 }
@@ -397,7 +423,8 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     const double blocks = double(c.layers / l.pp), in_flight = std::min(m, double(l.pp - s));
     const bool first = s == 0, last = s == l.pp - 1;
     const double bTE = b * T * E, bT = b * T, logits = b * T * V / double(l.tp);
-    double one = blocks * k.block + (last ? k.head : 4 * bTE);  // a sending stage keeps its output
+    const double shard = l.sequence_parallel ? double(l.tp) : 1;  // the residual stream's positions: 1/tp of them
+    double one = blocks * k.block + (last ? k.head : 4 * bTE / shard);  // a sending stage keeps its output
     if (four_d && first) one += 4 * bTE;  // VocabParallelEmbedding: the rows' partial sum, before the all-reduce
     if (four_d && last) one += 4 * (logits + 6 * bT);  // vocab_parallel_cross_entropy keeps its softmax
     r.activations = in_flight * one;
@@ -416,7 +443,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     double moment = r.activations + logits_grad + gathered + ring;
     // Or a block's backward: the last stage's after the head's (its tensors gone), another's
     // beside the gradient the next stage sent (float32: the residual stream's).
-    moment = std::max(moment, r.activations + (last ? -k.head : 4 * bTE) + k.backward + gathered + ring);
+    moment = std::max(moment, r.activations + (last ? -k.head : 4 * bTE / shard) + k.backward + gathered + ring);
     // A recomputed block's backward: its whole activations at once, and the MLP's gradients.
     if (c.recompute != "none")
       moment = std::max(moment, r.activations - (last ? k.head : 0) + k.block_whole - k.block + ring + k.mlp_grads);
@@ -455,13 +482,26 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       // Under autocast g sums the row-parallel GEMMs' 16-bit outputs; f's gradients, the
       // embedding's rows and the head's input stay float32.
       const double g_bytes = l.precision == "fp32" ? act : act / 2;
-      sent.add(Axis::Tp, K::AllReduce, forwards * m * (2 * blocks + first + last), all_reduce_bytes(act, t));
-      sent.add(Axis::Tp, K::AllReduce, forwards * m * (2 + extra) * blocks, all_reduce_bytes(g_bytes, t));
-      if (last) sent.add(Axis::Tp, K::AllReduce, forwards * m * 3, all_reduce_bytes(4 * b * T, t));  // the loss
+      const double tf = double(t), times = forwards * m;
+      if (!l.sequence_parallel) {
+        sent.add(Axis::Tp, K::AllReduce, times * (2 * blocks + first + last), all_reduce_bytes(act, t));
+        sent.add(Axis::Tp, K::AllReduce, times * (2 + extra) * blocks, all_reduce_bytes(g_bytes, t));
+      } else {  // each f an all-gather forward and a reduce-scatter back, each g the other way round
+        const double gather = (tf - 1) * act / tf, scatter = (tf - 1) / tf * act;  // float32 positions
+        const double g_gather = (tf - 1) * g_bytes / tf, g_scatter = (tf - 1) / tf * g_bytes;  // the GEMMs' outputs
+        sent.add(Axis::Tp, K::AllGather, times * ((2 + extra) * blocks + last), gather);
+        sent.add(Axis::Tp, K::ReduceScatter, times * (2 * blocks + last), scatter);
+        sent.add(Axis::Tp, K::ReduceScatter, times * (2 + extra) * blocks, g_scatter);
+        sent.add(Axis::Tp, K::AllGather, times * 2 * blocks, g_gather);
+        if (first) sent.add(Axis::Tp, K::ReduceScatter, times, scatter), sent.add(Axis::Tp, K::AllGather, times, gather);
+        // The norms', row biases' and learned positions' gradients, summed in one all-reduce.
+        sent.add(Axis::Tp, K::AllReduce, 1, all_reduce_bytes(4 * sequence_parallel_numel(c, s, l.pp), t));
+      }
+      if (last) sent.add(Axis::Tp, K::AllReduce, times * 3, all_reduce_bytes(4 * b * T, t));  // the loss
     }
     if (l.pp > 1) {  // pp: activations forward (after a header) and gradients back, the loss, the tied embedding
-      if (!last) sent.add(Axis::Pp, K::Send, forwards * m, 80), sent.add(Axis::Pp, K::Send, forwards * m, act);
-      if (!first) sent.add(Axis::Pp, K::Send, forwards * m, act);
+      if (!last) sent.add(Axis::Pp, K::Send, forwards * m, 80), sent.add(Axis::Pp, K::Send, forwards * m, act / shard);
+      if (!first) sent.add(Axis::Pp, K::Send, forwards * m, act / shard);
       sent.add(Axis::Pp, K::Broadcast, forwards, broadcast_bytes(8, l.pp));
       sent.add(Axis::Pp, K::AllReduce, 1, all_reduce_bytes(4 * V / double(t) * E, l.pp));
     }

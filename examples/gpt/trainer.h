@@ -211,6 +211,9 @@ struct Trainer {
       if (groups->ep) par::reduce_expert_grads(expert_parameters(), groups->expert_dp, comm.size());
       return sum;
     }
+    // Sequence parallelism: the norms', row biases' and positions' gradients are each tp
+    // rank's positions' part: summed over the tp group, in one all-reduce (Megatron's).
+    sum_over_tp(stage->sequence_parallel_parameters());
     // The tied embedding's two copies (first and last stage): their gradients summed.
     if (groups->pp_size > 1) {
       rg::Tensor g = stage->wte ? stage->wte->weight.grad()
@@ -229,6 +232,23 @@ struct Trainer {
     par::all_reduce_grads(dense, comm, par::Reduce::Avg);
     par::reduce_expert_grads(expert_parameters(), groups->expert_dp, comm.size());
     return sum;
+  }
+  // The gradients of `params` summed over the tp group, flattened into one buffer.
+  void sum_over_tp(const std::vector<rg::Tensor>& params) {
+    if (params.empty()) return;
+    rg::NoGradGuard no_grad;
+    std::vector<rg::Tensor> flat;
+    for (const rg::Tensor& p : params)
+      flat.push_back(p.grad().defined() ? p.grad().reshape({-1}) : rg::zeros({p.numel()}, {.dtype = p.dtype()}));
+    rg::Tensor buffer = rg::cat(flat, 0);
+    groups->tp.all_reduce(buffer, par::Reduce::Sum);
+    int64_t at = 0;
+    for (const rg::Tensor& p : params) {
+      rg::Tensor g = buffer.narrow(0, at, p.numel()).reshape(p.shape());
+      rg::Tensor held = p.grad(), param = p;
+      if (held.defined()) held.copy_(g); else param.set_grad(g.clone());
+      at += p.numel();
+    }
   }
   // The mean loss over this rank's rows, in the training step's micro-batches.
   double eval_step(const rg::Tensor& tokens, const rg::Tensor& targets) {

@@ -15,8 +15,9 @@
 //    tp_full_state_dict giving back the plain layer's weights, and tp_unshard / tp_shard
 //    doing the same for the gradients (as for any tensor shaped like a parameter);
 //  * ParallelSwiGLU (w1, w3 column parallel, w2 row parallel): the same, and that it
-//    communicates what the GELU MLP does (one all-reduce each way);
-//  * VocabParallelEmbedding and vocab_parallel_cross_entropy (values and gradients);
+//    communicates what the GELU MLP does (one all-reduce each way); and sequence parallel;
+//  * VocabParallelEmbedding (also sequence parallel) and vocab_parallel_cross_entropy
+//    (values and gradients);
 //  * sequence parallelism: a pre-norm block on sequence shards (LayerNorms, residuals),
 //    its output, input gradient and every parameter's gradient;
 //  * a block (attention + MLP) trained 3 AdamW steps: the same parameters as the plain
@@ -238,6 +239,24 @@ void check_swiglu(par::Communicator& tp) {
               "SwiGLU: w3's gradient (the same rows)");
   check_close(mlp.w2.weight.grad(), slice(plain.w2.weight.grad(), 1),
               "SwiGLU: w2's gradient (its columns)");
+  // Sequence parallel: this rank's positions in and out, the same gradients (one all-gather
+  // forward and one reduce-scatter each way, instead of the all-reduces).
+  par::ParallelSwiGLU sp(plain, tp, /*sequence_parallel=*/true);
+  rg::Tensor x3 = input({3, 4 * N, 12}, 18), x4 = input({3, 4 * N, 12}, 18);
+  rg::Tensor w = input({3, 4 * N, 12}, 19).detach();
+  plain.zero_grad();
+  rg::Tensor want_sp = plain(x3);
+  (want_sp * w).sum().backward();
+  const double all_reduces = tp.operations(par::Collective::AllReduce);
+  rg::Tensor got_sp = sp(par::scatter_to_sequence_region(x4, tp));
+  check(got_sp.size(1) == 4, "SwiGLU, sequence parallel: each rank's 4 positions");
+  check_close(got_sp, slice(want_sp.detach(), 1), "SwiGLU, sequence parallel: this rank's positions");
+  (got_sp * slice(w, 1)).sum().backward();
+  check(N == 1 || tp.operations(par::Collective::AllReduce) == all_reduces,
+        "SwiGLU, sequence parallel: no all-reduce");
+  check_close(x4.grad(), x3.grad(), "SwiGLU, sequence parallel: the input's gradient");
+  check_close(sp.w1.weight.grad(), slice(plain.w1.weight.grad(), 0), "SwiGLU, sequence parallel: w1's gradient");
+  check_close(sp.w2.weight.grad(), slice(plain.w2.weight.grad(), 1), "SwiGLU, sequence parallel: w2's gradient");
 }
 
 // The vocabulary split N ways: the embedding and the cross-entropy of a column-parallel
@@ -256,6 +275,18 @@ void check_vocabulary(par::Communicator& tp) {
   (want * weights).sum().backward();
   (got * weights).sum().backward();
   check_close(emb.weight.grad(), slice(plain.weight.grad(), 0), "VocabParallelEmbedding: its rows' gradient");
+  // Sequence parallel: the sums reduce-scattered, this rank's positions kept.
+  par::VocabParallelEmbedding sp(plain, tp, /*sequence_parallel=*/true);
+  rg::Tensor long_ids = rg::randint(0, 12 * N, {3, 2 * N}, &gen);
+  rg::Tensor w = input({3, 2 * N, 8}, 21).detach();
+  plain.zero_grad();
+  rg::Tensor want_sp = plain(long_ids);
+  (want_sp * w).sum().backward();
+  rg::Tensor got_sp = sp(long_ids);
+  check_close(got_sp, slice(want_sp.detach(), 1), "VocabParallelEmbedding, sequence parallel: this rank's positions");
+  (got_sp * slice(w, 1)).sum().backward();
+  check_close(sp.weight.grad(), slice(plain.weight.grad(), 0),
+              "VocabParallelEmbedding, sequence parallel: its rows' gradient");
 
   rg::nn::Linear head(8, 12 * N);
   head.to(rg::kFloat64);
