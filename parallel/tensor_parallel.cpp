@@ -145,6 +145,78 @@ Tensor reduce_scatter_to_sequence_region(const Tensor& x, Communicator& tp, int6
   return out;
 }
 
+Tensor sequence_parallel_linear(const Tensor& x_in, const std::vector<Tensor>& weights_in,
+                                const std::vector<Tensor>& biases_in, Communicator& tp, int64_t seq_dim) {
+  RG_CHECK(!weights_in.empty() && biases_in.size() == weights_in.size(), "sequence_parallel_linear",
+           "expected one bias (or an undefined tensor) for each of ", weights_in.size(), " weights, got ",
+           biases_in.size());
+  if (auto dt = detail::autocast_lower({&x_in, &weights_in[0], &biases_in[0]})) {  // under rg::autocast
+    std::vector<Tensor> w, b;
+    for (size_t i = 0; i < weights_in.size(); ++i)
+      w.push_back(detail::autocast_cast(weights_in[i], *dt)), b.push_back(detail::autocast_cast(biases_in[i], *dt));
+    return sequence_parallel_linear(detail::autocast_cast(x_in, *dt), w, b, tp, seq_dim);
+  }
+  const int64_t dim = normalize_dim(seq_dim, x_in.dim(), "sequence_parallel_linear");
+  std::vector<int64_t> outs;
+  for (const Tensor& w : weights_in) {
+    RG_CHECK(w.dim() == 2 && x_in.dim() >= 1 && x_in.size(-1) == w.size(1), "sequence_parallel_linear",
+             "expected x (…, in) and weights (out, in), got ", shape_str(x_in.shape()), " and ", shape_str(w.shape()));
+    outs.push_back(w.size(0));
+  }
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    Tensor whole = all_gather_dim(x_in, tp, dim);
+    std::vector<Tensor> ys;
+    for (size_t i = 0; i < weights_in.size(); ++i) ys.push_back(nn::linear(whole, weights_in[i], biases_in[i]));
+    y = ys.size() == 1 ? ys[0] : cat(ys, -1);
+  }
+  std::vector<const Tensor*> inputs{&x_in};
+  bool trains = x_in.requires_grad();
+  for (const Tensor& w : weights_in) inputs.push_back(&w), trains = trains || w.requires_grad();
+  for (const Tensor& b : biases_in) inputs.push_back(&b), trains = trains || (b.defined() && b.requires_grad());
+  if (!is_grad_enabled() || !trains) return y;
+  std::vector<Tensor> ws;
+  for (const Tensor& w : weights_in) ws.push_back(w.detach());
+  autograd::attach(
+      y, "sequence_parallel_linear", inputs,
+      [x = x_in.detach(), ws, outs, &tp, dim](const Tensor& g, const std::vector<bool>& need) {
+        const size_t k = ws.size();
+        int64_t total = 0;
+        for (int64_t o : outs) total += o;
+        Tensor g2 = g.reshape({-1, total});
+        auto part = [&](size_t i) {  // weight i's columns of the output's gradient
+          int64_t at = 0;
+          for (size_t j = 0; j < i; ++j) at += outs[j];
+          return k == 1 ? g2 : g2.narrow(1, at, outs[i]).contiguous();
+        };
+        autograd::Grads grads(1 + 2 * k);
+        if (need[0]) {  // the whole input's gradient (partial sums), reduce-scattered to the shard
+          Tensor dx;
+          for (size_t i = 0; i < k; ++i) {
+            Tensor d = matmul(part(i), ws[i]);
+            dx = dx.defined() ? dx + d : d;
+          }
+          Shape shape = x.shape();
+          shape[static_cast<size_t>(dim)] *= tp.size();
+          grads[0] = reduce_scatter_dim(dx.view(shape), tp, dim);
+        }
+        bool weights = false;
+        for (size_t i = 1; i < need.size(); ++i) weights = weights || need[i];
+        if (weights) {  // the shard gathered again for the weights' gradients
+          Tensor whole = all_gather_dim(x, tp, dim);
+          Tensor x2 = whole.reshape({-1, whole.size(-1)});
+          for (size_t i = 0; i < k; ++i) {
+            Tensor gi = part(i);
+            if (need[1 + i]) grads[1 + i] = matmul(gi.t(), x2);
+            if (need[1 + k + i]) grads[1 + k + i] = gi.sum(0);
+          }
+        }
+        return grads;
+      });
+  return y;
+}
+
 // ---------------------------------------------------------------- column parallel
 
 ColumnParallelLinear::ColumnParallelLinear(const nn::Linear& whole, Communicator& tp,
@@ -208,9 +280,8 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) {
   RG_CHECK(x.dim() >= 1 && x.size(-1) == in_features, "ColumnParallelLinear",
            "expected input with last dim ", in_features, ", got shape ", shape_str(x.shape()));
   // The whole input on every rank: as given (f), or gathered from sequence shards.
-  Tensor whole = options_.sequence_parallel ? gather_from_sequence_region(x, tp_, options_.seq_dim)
-                                            : copy_to_tp_region(x, tp_);
-  Tensor y = nn::linear(whole, weight, bias);  // this rank's output slice
+  Tensor y = options_.sequence_parallel ? sequence_parallel_linear(x, {weight}, {bias}, tp_, options_.seq_dim)
+                                        : nn::linear(copy_to_tp_region(x, tp_), weight, bias);  // this rank's slice
   return options_.gather_output ? gather_from_tp_region(y, tp_) : y;
 }
 
@@ -358,9 +429,15 @@ ParallelSwiGLU::ParallelSwiGLU(const nn::SwiGLU& whole, Communicator& tp, bool s
 
 Tensor ParallelSwiGLU::forward(const Tensor& x) {
   // One f (or one all-gather of the sequence shards) for both column layers.
-  Tensor whole = sequence_parallel_ ? gather_from_sequence_region(x, tp_) : copy_to_tp_region(x, tp_);
-  Tensor hidden =
-      nn::silu(nn::linear(whole, w1.weight, w1.bias)) * nn::linear(whole, w3.weight, w3.bias);
+  Tensor hidden;
+  if (sequence_parallel_) {
+    const int64_t h = w1.weight.size(0);
+    Tensor both = sequence_parallel_linear(x, {w1.weight, w3.weight}, {w1.bias, w3.bias}, tp_);
+    hidden = nn::silu(both.narrow(-1, 0, h)) * both.narrow(-1, h, h);
+  } else {
+    Tensor whole = copy_to_tp_region(x, tp_);
+    hidden = nn::silu(nn::linear(whole, w1.weight, w1.bias)) * nn::linear(whole, w3.weight, w3.bias);
+  }
   return w2(hidden);  // row parallel: the partial sums all-reduced (g) or reduce-scattered
 }
 

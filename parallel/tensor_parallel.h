@@ -61,6 +61,15 @@ Tensor gather_from_sequence_region(const Tensor& x, Communicator& tp, int64_t se
 // fwd: the ranks' partial sums added, each rank keeping its positions; bwd: all-gather.
 // After a row-parallel layer.
 Tensor reduce_scatter_to_sequence_region(const Tensor& x, Communicator& tp, int64_t seq_dim = 1);
+// Column-parallel GEMMs of a sequence shard: y = linear(x gathered along seq_dim, W_i, b_i) for
+// each weight, the outputs side by side along the last dim (several weights share one
+// all-gather: SwiGLU's w1 and w3). What Megatron's sequence parallelism does: only this rank's
+// shard x is kept for backward, which gathers it again for the weights' gradients, and the
+// input's gradient is reduce-scattered back to the shard; gather_from_sequence_region followed
+// by a GEMM would keep the whole gathered input instead (t times the bytes). Under autocast
+// the shard is cast first, so the gathers carry 16-bit numbers.
+Tensor sequence_parallel_linear(const Tensor& x, const std::vector<Tensor>& weights,
+                                const std::vector<Tensor>& biases, Communicator& tp, int64_t seq_dim = 1);
 // Parameters every rank holds whole but applies to its own positions only (LayerNorm, a
 // row layer's bias under sequence parallelism) get partial gradients: sum them with
 // all_reduce_grads(params, tp) (communicator.h).
@@ -82,7 +91,8 @@ struct ColumnParallelOptions {
   // rank keeps the same heads of each (attention's q, k, v rows stacked in one
   // in_proj_weight: E, K·D, K·D). Empty: one block, all the rows.
   std::vector<int64_t> block_rows = {};
-  // The input is this rank's sequence shard: all-gather it first (sequence parallelism).
+  // The input is this rank's sequence shard: all-gather it first (sequence parallelism;
+  // sequence_parallel_linear: the shard is what backward keeps).
   bool sequence_parallel = false;
   int64_t seq_dim = 1;
 };

@@ -237,8 +237,8 @@ class Stage : public rg::nn::Module {
     if (!last) return h;
     // The LM head (vocabulary split): every position's final norm on every rank.
     rg::Tensor z = (*ln_f)(h);
-    z = sequence_parallel_ ? par::gather_from_sequence_region(z, tp_) : par::copy_to_tp_region(z, tp_);
-    return rg::matmul(z, wte->weight.t());
+    if (sequence_parallel_) return par::sequence_parallel_linear(z, {wte->weight}, {rg::Tensor()}, tp_);
+    return rg::matmul(par::copy_to_tp_region(z, tp_), wte->weight.t());
   }
 
   bool first_, last_, sequence_parallel_;

@@ -28,9 +28,9 @@
 //               with --tp t the attention's and MLP's inner tensors are split:
 //               4·bTE + 12·bTE/t + (4 + H/t)·bT; --recompute selective keeps the attention
 //               half only (7·bTE + (2 + H)·bT), full the block's input only (bTE).
-//               --sequence-parallel: of the four whole bTE (the block's input, its middle
-//               residual, the two norms' outputs) only the norms' outputs, gathered for and
-//               kept by the split GEMMs, stay whole: 2·bTE + 2·bTE/t + 12·bTE/t + (4 + H)/t·bT;
+//               --sequence-parallel: the four whole bTE (the block's input, its middle
+//               residual, the two norms' outputs, which the split GEMMs keep as shards and
+//               gather again in backward) are 1/t each: 4·bTE/t + 12·bTE/t + (4 + H)/t·bT;
 //               full recomputation keeps bTE/t, and a stage's sends are 1/t. The head
 //               keeps 2·bTE + 2·bT + bT·V/t + bT (the final norm, the logits, the loss's
 //               log-sum-exp). A pipeline stage keeps the micro-batches in flight: under 1F1B
@@ -44,7 +44,8 @@
 //               block twice per micro-batch, the root once) and reduce-scatters; tp's and pp's
 //               (gpt/budget.h, again for the recomputed forward's all-reduces; under
 //               --sequence-parallel each all-reduce an all-gather and a reduce-scatter of the
-//               same bytes, and one all-reduce of the norms' and row biases' gradients); ring attention's
+//               same bytes, the split GEMMs' inputs gathered again in backward, and one
+//               all-reduce of the norms' and row biases' gradients); ring attention's
 //               K, V, dK, dV passes; the clipping norm's all-reduce. By kind of collective
 //               and mesh axis, with the number of operations (Traffic): what a model of the
 //               step's time needs, each operation's latency beside its bytes.
@@ -228,8 +229,8 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
   const double T = double(c.seq / l.cp), E = double(c.d_model), H = double(c.heads), t = double(l.tp);
   const double V = double(c.vocab), bTE = b * T * E, bT = b * T;
   // Sequence parallelism: what was whole on every tp rank between the split layers (the
-  // residual stream, the norms' inputs and statistics) is 1/t of it; the split layers' inputs,
-  // gathered, stay whole (kept by their GEMMs for the weights' gradients).
+  // residual stream, the norms' inputs, outputs and statistics) is 1/t of it; the split layers
+  // keep their shard of the input and gather it again in backward (sequence_parallel_linear).
   const double s = l.sequence_parallel ? t : 1;
   const double merge = l.merge_is_view ? 0 : bTE / t;  // the heads merged by a copy (the GEMM route)
   Kept k;
@@ -259,16 +260,15 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
     if (c.pos == "rope") attention_extra += (2 + 3 * r) * bTE / t;
     if (c.mlp == "swiglu") mlp_extra += (5 * hidden * bT - 8 * bTE) / t;
     // (x, y and the norms' two outputs, as their GEMMs keep them; each norm's two statistics)
-    const double whole = 4 * (2 * bTE + 2 * bTE / s + 12 * bTE / t + merge + (4 / s + H / t) * bT + attention_extra +
-                              mlp_extra);
+    const double whole = 4 * (4 * bTE / s + 12 * bTE / t + merge + (4 / s + H / t) * bT + attention_extra + mlp_extra);
     k.block_whole = whole;
     if (c.recompute == "full")
       k.block = 4 * bTE / s;
     else if (c.recompute == "selective")
-      k.block = 4 * (bTE + 2 * bTE / s + 4 * bTE / t + merge + (2 / s + H / t) * bT + attention_extra);
+      k.block = 4 * (3 * bTE / s + 4 * bTE / t + merge + (2 / s + H / t) * bT + attention_extra);
     else
       k.block = whole;
-    k.head = 4 * (bTE / s + bTE + 2 * bT / s + bT * V / t + bT);
+    k.head = 4 * (2 * bTE / s + 2 * bT / s + bT * V / t + bT);
   } else {  // autocast (memory_budget.cpp): the residual stream float32, GEMM inputs bfloat16
     // Llama's options in bytes, measured beside GPT-2's: RMSNorm keeps its float32 normalised
     // input and one statistic a row (as in float32); rotary embeddings the rotated q and k and
@@ -286,18 +286,20 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
       attention_extra += 4 * (bTE - bT) / s, mlp_extra += 4 * (bTE - bT) / s, head_extra += 4 * (bTE - bT) / s;
     if (c.pos == "rope") attention_extra += 2 * (2 + 3 * r) * bTE / t;
     attention_extra -= 2 * 2 * (1 - r) * E * E / t;  // the k and v weights' copies
-    if (c.mlp == "swiglu") mlp_extra += 2 * (5 * hidden * bT - 8 * bTE) / t + 2 * bTE + 2 * (3 * hidden * E - 8 * E * E) / t;
-    const double whole = 4 * 2 * bTE / s + 2 * 2 * bTE + 2 * 13 * bTE / t + 4 * 4 * bT / s + 4 * H / t * bT +
+    // (w1 and w3 share sequence_parallel_linear's one cast)
+    if (c.mlp == "swiglu")
+      mlp_extra += 2 * (5 * hidden * bT - 8 * bTE) / t + (l.sequence_parallel ? 0 : 2 * bTE) + 2 * (3 * hidden * E - 8 * E * E) / t;
+    const double whole = 4 * 2 * bTE / s + 2 * 2 * bTE / s + 2 * 13 * bTE / t + 4 * 4 * bT / s + 4 * H / t * bT +
                          2 * 12 * E * E / t + attention_extra + mlp_extra;
     k.block_whole = whole;
     if (c.recompute == "full")
       k.block = 4 * bTE / s;
     else if (c.recompute == "selective")  // x, y float32; ln1's output, q, k, v, attention's two
-      k.block = 4 * 2 * bTE / s + 2 * bTE + 2 * 5 * bTE / t + 4 * 2 * bT / s + 4 * H / t * bT + 2 * 4 * E * E / t +
+      k.block = 4 * 2 * bTE / s + 2 * bTE / s + 2 * 5 * bTE / t + 4 * 2 * bT / s + 4 * H / t * bT + 2 * 4 * E * E / t +
                 attention_extra;
     else
       k.block = whole;
-    k.head = 4 * bTE / s + 2 * bTE + 4 * 2 * bT / s + 2 * V / t * E + 4 * bT * V / t + 4 * bT + head_extra;
+    k.head = 4 * bTE / s + 2 * bTE / s + 4 * 2 * bT / s + 2 * V / t * E + 4 * bT * V / t + 4 * bT + head_extra;
   }
   return k;
 }
@@ -486,14 +488,18 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       if (!l.sequence_parallel) {
         sent.add(Axis::Tp, K::AllReduce, times * (2 * blocks + first + last), all_reduce_bytes(act, t));
         sent.add(Axis::Tp, K::AllReduce, times * (2 + extra) * blocks, all_reduce_bytes(g_bytes, t));
-      } else {  // each f an all-gather forward and a reduce-scatter back, each g the other way round
-        const double gather = (tf - 1) * act / tf, scatter = (tf - 1) / tf * act;  // float32 positions
-        const double g_gather = (tf - 1) * g_bytes / tf, g_scatter = (tf - 1) / tf * g_bytes;  // the GEMMs' outputs
-        sent.add(Axis::Tp, K::AllGather, times * ((2 + extra) * blocks + last), gather);
-        sent.add(Axis::Tp, K::ReduceScatter, times * (2 * blocks + last), scatter);
-        sent.add(Axis::Tp, K::ReduceScatter, times * (2 + extra) * blocks, g_scatter);
-        sent.add(Axis::Tp, K::AllGather, times * 2 * blocks, g_gather);
-        if (first) sent.add(Axis::Tp, K::ReduceScatter, times, scatter), sent.add(Axis::Tp, K::AllGather, times, gather);
+      } else {
+        // Each f an all-gather of the GEMMs' input forward, again in backward for the weights'
+        // gradients, and a reduce-scatter of the input's gradient; each g the other way round.
+        // Under autocast all of them carry 16-bit numbers but the embedding's (float32 sums).
+        const double gather = (tf - 1) * g_bytes / tf, scatter = (tf - 1) / tf * g_bytes;
+        sent.add(Axis::Tp, K::AllGather, times * ((2 + extra) * blocks + last), gather);      // f forward
+        sent.add(Axis::Tp, K::AllGather, times * (2 * blocks + last), gather);                // f backward
+        sent.add(Axis::Tp, K::ReduceScatter, times * (2 * blocks + last), scatter);           // f backward
+        sent.add(Axis::Tp, K::ReduceScatter, times * (2 + extra) * blocks, scatter);          // g forward
+        sent.add(Axis::Tp, K::AllGather, times * 2 * blocks, gather);                         // g backward
+        if (first)
+          sent.add(Axis::Tp, K::ReduceScatter, times, (tf - 1) / tf * act), sent.add(Axis::Tp, K::AllGather, times, (tf - 1) * act / tf);
         // The norms', row biases' and learned positions' gradients, summed in one all-reduce.
         sent.add(Axis::Tp, K::AllReduce, 1, all_reduce_bytes(4 * sequence_parallel_numel(c, s, l.pp), t));
       }

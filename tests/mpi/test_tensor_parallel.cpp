@@ -19,16 +19,21 @@
 //  * VocabParallelEmbedding (also sequence parallel) and vocab_parallel_cross_entropy
 //    (values and gradients);
 //  * sequence parallelism: a pre-norm block on sequence shards (LayerNorms, residuals),
-//    its output, input gradient and every parameter's gradient;
+//    its output, input gradient and every parameter's gradient; sequence_parallel_linear
+//    (two weights behind one gather), its backward split in two, and that it keeps no
+//    gathered input;
 //  * a block (attention + MLP) trained 3 AdamW steps: the same parameters as the plain
 //    block, compared through tp_full_state_dict; and the plain state loaded into a fresh
 //    tensor-parallel block with tp_load_full_state_dict gives the same output.
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
+#include <ringgrad/autograd/split_backward.h>
 #include <ringgrad/parallel/device_mesh.h>
 #include <ringgrad/parallel/tensor_parallel.h>
 #include <ringgrad/parallel/world.h>
 #include <ringgrad/ringgrad.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -359,6 +364,53 @@ void check_sequence_parallel(par::Communicator& tp) {
               "sequence parallel: attention's out_proj gradient");
 }
 
+// sequence_parallel_linear: the gathered GEMMs' outputs and gradients, what it keeps for
+// backward (the shard, not the gathered input), and a backward split into the input's
+// gradient first and the weights' later (a zero-bubble pipeline's) giving the same.
+void check_sequence_parallel_linear(par::Communicator& tp) {
+  rg::manual_seed(21);
+  rg::nn::Linear a(16, 8 * N), b(16, 8 * N, /*bias=*/false);
+  a.to(rg::kFloat64), b.to(rg::kFloat64);
+  rg::Tensor wa = slice(a.weight.detach(), 0).contiguous().requires_grad_(), ba = slice(a.bias.detach(), 0).contiguous().requires_grad_();
+  rg::Tensor wb = slice(b.weight.detach(), 0).contiguous().requires_grad_();
+  rg::Tensor x1 = input({2, 6 * N, 16}, 22), x2 = input({2, 6 * N, 16}, 22);
+  rg::Tensor w = input({2, 6 * N, 16 * N}, 23).detach();
+  rg::Tensor want = rg::cat({a(x1), b(x1)}, -1);
+  (want * w).sum().backward();
+  rg::Tensor xs = par::scatter_to_sequence_region(x2, tp);
+  rg::Tensor got = par::sequence_parallel_linear(xs, {wa, wb}, {ba, rg::Tensor()}, tp);
+  rg::Tensor mine = rg::cat({slice(want.detach().narrow(2, 0, 8 * N), 2), slice(want.detach().narrow(2, 8 * N, 8 * N), 2)}, -1);
+  check_close(got, mine, "sequence_parallel_linear: both GEMMs of the gathered positions, side by side");
+  rg::Tensor wmine = rg::cat({slice(w.narrow(2, 0, 8 * N), 2), slice(w.narrow(2, 8 * N, 8 * N), 2)}, -1).contiguous();
+  // B (the input's gradient), then W (the weights'), as ZB-H1 runs them.
+  rg::Tensor xs_leaf = xs.detach().requires_grad_();
+  rg::Tensor split = par::sequence_parallel_linear(xs_leaf, {wa, wb}, {ba, rg::Tensor()}, tp);
+  rg::autograd::DeferredBackward later = rg::autograd::backward_inputs_first(split, wmine, {xs_leaf});
+  check(!wa.grad().defined(), "sequence_parallel_linear: B leaves the weights' gradients for W");
+  later.run();
+  (got * wmine).sum().backward();  // the whole backward: the same again, so the weights' now twice B+W's
+  check_close(x2.grad(), x1.grad(), "sequence_parallel_linear: the input's gradient");
+  check_close(xs_leaf.grad(), slice(x1.grad(), 1), "sequence_parallel_linear, split: the shard's gradient");
+  check_close(wa.grad(), slice(a.weight.grad(), 0) * 2.0, "sequence_parallel_linear: the first weight's gradient");
+  check_close(ba.grad(), slice(a.bias.grad(), 0) * 2.0, "sequence_parallel_linear: its bias's gradient");
+  check_close(wb.grad(), slice(b.weight.grad(), 0) * 2.0, "sequence_parallel_linear: the second weight's gradient");
+  // Kept for backward: the shard (already held), not the gathered input.
+  rg::Tensor big = input({4, 64 * N, 16}, 24);
+  rg::Tensor shard = par::scatter_to_sequence_region(big, tp).detach().requires_grad_();
+  // (The least of three calls, each output and graph kept: the communicator's buffers are made
+  // once, and a worker thread may let go of the gathered tensor a moment after the call.)
+  par::sequence_parallel_linear(shard, {wb}, {rg::Tensor()}, tp);
+  std::vector<rg::Tensor> outs;
+  int64_t kept = INT64_MAX;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t before = rg::memory_stats().live_bytes;
+    outs.push_back(par::sequence_parallel_linear(shard, {wb}, {rg::Tensor()}, tp));
+    kept = std::min(kept, rg::memory_stats().live_bytes - before - outs.back().numel() * 8);
+  }
+  check(kept < shard.numel() * 8 / 2, "sequence_parallel_linear keeps no gathered input (" + std::to_string(kept) +
+                                           " bytes beyond its output)");
+}
+
 // Attention then an MLP, residual: a Transformer block without norms.
 struct PlainBlock : rg::nn::Module {
   rg::nn::MultiheadAttention attn{24, 12, {.batch_first = true}};
@@ -445,6 +497,7 @@ int main(int argc, char** argv) {
     check_swiglu(tp);
     check_vocabulary(tp);
     check_sequence_parallel(tp);
+    check_sequence_parallel_linear(tp);
     check_training(tp);
     return mpi_test::report(rank, N);
   });
