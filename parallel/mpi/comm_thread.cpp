@@ -41,6 +41,11 @@ void MpiWork::wait() {
   // Shown only when the caller really waits: a slice on the caller's track.
   trace::Span span(trace::enabled() && !is_completed() ? std::string("wait ") + op_ : std::string(),
                    "comm");
+  struct Waiting {  // counted while this caller waits: the thread polls eagerly meanwhile
+    std::atomic<int>* n;
+    explicit Waiting(std::atomic<int>* w) : n(w) { if (n) n->fetch_add(1); }
+    ~Waiting() { if (n) n->fetch_sub(1); }
+  } waiting(waiters_ && !is_completed() ? waiters_.get() : nullptr);
   if (info_->timeout_s > 0) {
     auto limit = std::chrono::duration<double>(info_->timeout_s);
     if (future_.wait_for(limit) == std::future_status::timeout) {
@@ -198,9 +203,9 @@ void CommThread::loop() {
       auto ready = [&] { return !queue_.empty() || stop_; };
       if (in_flight_.empty()) {
         wake_.wait(lock, ready);  // nothing to poll: sleep until there is work
-      } else if (idle_polls_ < kSpinPolls) {
-        // Sends/recvs in flight that may finish any moment: look again at
-        // once (yielding the core to anyone who wants it meanwhile).
+      } else if (idle_polls_ < kSpinPolls || waiters_->load(std::memory_order_relaxed) > 0) {
+        // Sends/recvs in flight that may finish any moment, or a caller waiting on one: look
+        // again at once (yielding the core to anyone who wants it meanwhile).
         lock.unlock();
         std::this_thread::yield();
         lock.lock();

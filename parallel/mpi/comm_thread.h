@@ -93,8 +93,10 @@ struct WatchdogInfo {
 // A promise that the communication thread fulfils.
 class MpiWork : public Work {
  public:
-  MpiWork(const char* op, std::shared_ptr<const WatchdogInfo> info)
-      : op_(op), info_(std::move(info)), future_(promise_.get_future().share()) {}
+  // waiters: its communication thread's count of callers waiting (CommThread::waiters).
+  MpiWork(const char* op, std::shared_ptr<const WatchdogInfo> info,
+          std::shared_ptr<std::atomic<int>> waiters = nullptr)
+      : op_(op), info_(std::move(info)), waiters_(std::move(waiters)), future_(promise_.get_future().share()) {}
 
   // Waits (at most the timeout, then aborts the job), rethrows the
   // operation's error, then runs finish_ once.
@@ -111,6 +113,7 @@ class MpiWork : public Work {
  private:
   const char* op_;
   std::shared_ptr<const WatchdogInfo> info_;
+  std::shared_ptr<std::atomic<int>> waiters_;
   std::promise<void> promise_;
   std::shared_future<void> future_;
 };
@@ -152,6 +155,10 @@ class CommThread {
   // shared-memory all-reduce): keeps posted sends/recvs moving meanwhile. A
   // peer may need our send to arrive before it can join that operation.
   void progress() { poll(); }
+  // How many callers wait on an operation of this thread now (MpiWork::wait). While any does,
+  // the thread polls without napping: a caller that waits has nothing to overlap, and MPI's
+  // non-blocking collectives (a schedule of rounds) advance only as fast as they are polled.
+  std::shared_ptr<std::atomic<int>> waiters() const { return waiters_; }
 
  private:
   void start(Op op);
@@ -172,6 +179,7 @@ class CommThread {
   std::vector<std::pair<MPI_Request, Op>> in_flight_;  // communication thread only
   static constexpr int kSpinPolls = 200;               // ~tens of µs of eager polling, then naps
   int idle_polls_ = 0;                                 // polls since anything started or finished
+  std::shared_ptr<std::atomic<int>> waiters_ = std::make_shared<std::atomic<int>>(0);
 };
 
 }  // namespace ringgrad::parallel::mpi

@@ -380,7 +380,9 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  std::shared_ptr<MpiWork> new_work(const char* op) { return std::make_shared<MpiWork>(op, info_); }
+  std::shared_ptr<MpiWork> new_work(const char* op) {
+    return std::make_shared<MpiWork>(op, info_, thread_state_->waiters());
+  }
 
   // bytes and peer only label the operation in traces (core/trace.h).
   WorkHandle enqueue(std::shared_ptr<MpiWork> work, int64_t bytes, int peer,
