@@ -185,16 +185,14 @@ Tensor sequence_parallel_linear(const Tensor& x_in, const std::vector<Tensor>& w
         int64_t total = 0;
         for (int64_t o : outs) total += o;
         Tensor g2 = g.reshape({-1, total});
-        auto part = [&](size_t i) {  // weight i's columns of the output's gradient
-          int64_t at = 0;
-          for (size_t j = 0; j < i; ++j) at += outs[j];
-          return k == 1 ? g2 : g2.narrow(1, at, outs[i]).contiguous();
-        };
+        std::vector<Tensor> part;  // weight i's columns of the output's gradient
+        for (int64_t i = 0, at = 0; i < int64_t(k); at += outs[size_t(i)], ++i)
+          part.push_back(k == 1 ? g2 : g2.narrow(1, at, outs[size_t(i)]).contiguous());
         autograd::Grads grads(1 + 2 * k);
         if (need[0]) {  // the whole input's gradient (partial sums), reduce-scattered to the shard
           Tensor dx;
           for (size_t i = 0; i < k; ++i) {
-            Tensor d = matmul(part(i), ws[i]);
+            Tensor d = matmul(part[i], ws[i]);
             dx = dx.defined() ? dx + d : d;
           }
           Shape shape = x.shape();
@@ -207,9 +205,8 @@ Tensor sequence_parallel_linear(const Tensor& x_in, const std::vector<Tensor>& w
           Tensor whole = all_gather_dim(x, tp, dim);
           Tensor x2 = whole.reshape({-1, whole.size(-1)});
           for (size_t i = 0; i < k; ++i) {
-            Tensor gi = part(i);
-            if (need[1 + i]) grads[1 + i] = matmul(gi.t(), x2);
-            if (need[1 + k + i]) grads[1 + k + i] = gi.sum(0);
+            if (need[1 + i]) grads[1 + i] = matmul(part[i].t(), x2);
+            if (need[1 + k + i]) grads[1 + k + i] = part[i].sum(0);
           }
         }
         return grads;

@@ -93,6 +93,9 @@ struct PlanLayout {
   bool merge_is_view = true;       // attention's output already in out_proj's layout (fused kernel)
   int64_t gradient_bytes = 4;      // a gradient on DDP's wire: 4, or 2 (a 16-bit comm hook)
   int64_t world() const { return dp * pp * cp * tp; }
+  // What the residual stream's positions are cut into on a tp rank: tp under sequence
+  // parallelism, else 1 (every tp rank holds them all).
+  double sequence_shards() const { return sequence_parallel ? double(tp) : 1; }
 };
 
 // The mesh axes a rank sends on: tensor, pipeline and context parallelism, and the
@@ -231,7 +234,7 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
   // Sequence parallelism: what was whole on every tp rank between the split layers (the
   // residual stream, the norms' inputs, outputs and statistics) is 1/t of it; the split layers
   // keep their shard of the input and gather it again in backward (sequence_parallel_linear).
-  const double s = l.sequence_parallel ? t : 1;
+  const double s = l.sequence_shards();
   const double merge = l.merge_is_view ? 0 : bTE / t;  // the heads merged by a copy (the GEMM route)
   Kept k;
   // The MLP's backward: the hidden layer's gradients before and after GELU, the block input's,
@@ -425,7 +428,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     const double blocks = double(c.layers / l.pp), in_flight = std::min(m, double(l.pp - s));
     const bool first = s == 0, last = s == l.pp - 1;
     const double bTE = b * T * E, bT = b * T, logits = b * T * V / double(l.tp);
-    const double shard = l.sequence_parallel ? double(l.tp) : 1;  // the residual stream's positions: 1/tp of them
+    const double shard = l.sequence_shards();
     double one = blocks * k.block + (last ? k.head : 4 * bTE / shard);  // a sending stage keeps its output
     if (four_d && first) one += 4 * bTE;  // VocabParallelEmbedding: the rows' partial sum, before the all-reduce
     if (four_d && last) one += 4 * (logits + 6 * bT);  // vocab_parallel_cross_entropy keeps its softmax
