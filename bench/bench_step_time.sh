@@ -7,7 +7,7 @@
 #   bench/bench_step_time.sh --d-model 256 --heads 8   (flags go to every plan and run)
 #
 # For each layout below (one process; DDP, ZeRO-1, ZeRO-2, FSDP; recomputation; accumulation;
-# bf16; tp, pp, cp; a 4-rank DDP and a 4-rank pp × tp; Llama's blocks), the plan probes this
+# bf16; tp, pp (1F1B, interleaved, ZB-H1), cp; a 4-rank DDP and a 4-rank pp × tp; Llama's blocks), the plan probes this
 # machine on the ranks rgrun starts and predicts the step's seconds; then a run of the same
 # layout trains RINGGRAD_STEP_TIME_STEPS steps (default 12; the first is not timed) and reports
 # its mean seconds per step. Each layout's plan and run are back to back, so a machine that
@@ -59,6 +59,8 @@ layout 2 --strategy ddp --grad-accum 2 --batch-size 8
 layout 2 --strategy ddp --precision bf16
 layout 2 --dp 1 --tp 2
 layout 2 --dp 1 --pp 2 --micro-batches 4
+layout 2 --dp 1 --pp 2 --micro-batches 4 --schedule interleaved
+layout 2 --dp 1 --pp 2 --micro-batches 4 --schedule zb-h1
 layout 2 --dp 1 --cp 2
 layout 4 --strategy ddp
 layout 4 --dp 1 --pp 2 --tp 2 --micro-batches 4

@@ -4,7 +4,7 @@
 #   tests/check_gpt_plan.sh RGRUN GPT [ARGS...]
 #
 # For each layout below (strategies, tensor, pipeline and context parallelism, recomputation,
-# precision, accumulation, a 16-bit comm hook, sequence parallelism), `gpt --plan --world N` predicts, and a 3-step run under
+# precision, accumulation, a 16-bit comm hook, sequence parallelism, the pipeline's schedules), `gpt --plan --world N` predicts, and a 3-step run under
 # `RGRUN -n N` measures, the largest rank's parameters, gradients and optimizer state and the
 # bytes it sends in a step, in all and by kind of collective with the number of operations
 # of each (which must agree to the byte), and its peak tensor memory (within
@@ -93,5 +93,15 @@ check 4 --dp 1 --cp 2 --tp 2 --recompute full --sequence-parallel
 check 2 --dp 1 --tp 2 "${llama[@]}" --sequence-parallel
 check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 "${llama[@]}" --precision bf16 --sequence-parallel
 check 4 --strategy zero1 --dp 2 --tp 2 --precision bf16 --sequence-parallel
+# The other pipeline schedules, each run on paper for what it holds: GPipe every micro-batch,
+# interleaved the longer warm-up over v chunks, each sending its output on. ZB-H1's first
+# stage holds 1F1B's; its later stages hold more or less as the W's fall (plan.h), so its
+# layouts here are ones where the first stage holds the most.
+check 2 --dp 1 --pp 2 --micro-batches 4 --schedule gpipe
+check 4 --dp 1 --pp 2 --tp 2 --layers 8 --micro-batches 4 --schedule zb-h1 "${llama[@]}" --precision bf16
+check 4 --strategy zero1 --dp 2 --pp 2 --micro-batches 2 --schedule zb-h1 "${llama[@]}"
+check 4 --dp 1 --pp 4 --layers 8 --micro-batches 4 --schedule interleaved
+check 4 --dp 1 --pp 2 --tp 2 --micro-batches 4 --schedule interleaved "${llama[@]}" --recompute selective --sequence-parallel
+check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 --schedule interleaved --precision bf16 --recompute full
 [ $status -eq 0 ] || echo "FAILED: a prediction missed" >&2
 exit $status

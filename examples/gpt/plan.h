@@ -33,10 +33,11 @@
 //               gather again in backward) are 1/t each: 4·bTE/t + 12·bTE/t + (4 + H)/t·bT;
 //               full recomputation keeps bTE/t, and a stage's sends are 1/t. The head
 //               keeps 2·bTE + 2·bT + bT·V/t + bT (the final norm, the logits, the loss's
-//               log-sum-exp). A pipeline stage keeps the micro-batches in flight: under 1F1B
-//               stage s holds min(m, p − s), each of b = batch/m rows, and a stage that sends
-//               keeps its output for backward. --grad-accum N: one micro-batch of --batch-size
-//               at a time.
+//               log-sum-exp). A pipeline stage keeps the micro-batches in flight, each of
+//               b = batch/m rows, as its --schedule runs them (held_at_peak): under 1F1B stage
+//               s holds min(m, p − s) (ZB-H1 too, at least), under GPipe all m, interleaved
+//               its v chunks' longer warm-up; a chunk that sends keeps its output
+//               for backward. --grad-accum N: one micro-batch of --batch-size at a time.
 //   sent        the bytes one step sends, as the communicators count them (an all-reduce of n
 //               bytes over g ranks 2(g−1)/g·n, a broadcast or reduce (g−1)/g·n, an all-gather
 //               (g−1)·its input, a reduce-scatter (g−1)/g·its whole input, a send all of it):
@@ -66,6 +67,7 @@
 #pragma once
 
 #include <ringgrad/parallel/communicator.h>
+#include <ringgrad/parallel/pipeline.h>
 
 #include <algorithm>
 #include <array>
@@ -88,6 +90,8 @@ struct PlanLayout {
   int64_t batch = 16;              // sequences per forward on each replica (--batch-size)
   int64_t grad_accum = 1;          // forwards per step
   int64_t micro_batches = 1;       // pipeline micro-batches per forward (pp > 1)
+  par::PipelineSchedule schedule = par::PipelineSchedule::OneFOneB;  // --schedule (pp > 1)
+  int64_t virtual_stages = 1;      // model chunks a rank holds (--schedule interleaved)
   std::string precision = "fp32";  // fp32 | bf16 | fp16: autocast over float32 parameters
   bool sequence_parallel = false;  // --sequence-parallel (with tp above 1)
   bool merge_is_view = true;       // attention's output already in out_proj's layout (fused kernel)
@@ -366,6 +370,27 @@ inline Work work(const GPTConfig& c, const PlanLayout& l, double b, double block
 // moments and writes the parameter and moments (28).
 inline double optimizer_traffic(double param_bytes) { return 10 * param_bytes; }
 
+// The most activations pipeline stage s holds at once, `keeps(chunk)` being what a micro-batch
+// leaves in one of its chunks until its backward: the schedule's steps (parallel/pipeline.h's
+// pipeline_order) run on paper, a forward adding, a backward freeing. GPipe holds all m
+// micro-batches, 1F1B min(m, p − s), interleaving the longer warm-up's (p − s − 1)·2 + (v − 1)·p
+// + 1 chunks. ZB-H1 runs 1F1B's order and is planned as 1F1B. That is exact for its first
+// stage, which holds min(m, p) either way, and a floor for the others: a micro-batch whose W
+// waits keeps its GEMMs' inputs and output gradients, and a stage runs the W's where it would
+// wait, or before a forward that would make p held, so what it holds depends on the timing.
+// Measured, check_gpt_plan's model at p 2, m 4: the last stage 0.39 MB over 1F1B's in float32
+// on an idle machine; under bfloat16, 5.85 to 7.41 MB from run to run on a busy one.
+template <class Keeps>
+double held_at_peak(const PlanLayout& l, int64_t s, const Keeps& keeps) {
+  if (l.pp == 1) return keeps(0);
+  double held = 0, most = 0;
+  for (const par::PipelineStep& step : par::pipeline_order(l.schedule, l.pp, s, l.micro_batches, l.virtual_stages)) {
+    held += step.forward ? keeps(step.chunk) : -keeps(step.chunk);
+    most = std::max(most, held);
+  }
+  return most;
+}
+
 inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
   Plan result;
   const int64_t n = l.dp * l.cp;  // the data-parallel group: the gradient's average
@@ -423,16 +448,22 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
         if (l.strategy == "zero2") r.grads = 4 * worst_numel;
       }
     }
-    // Activations: the micro-batches in flight (1F1B: min(m, p − s)), each b rows.
+    // Activations: the micro-batches in flight (the schedule's; 1F1B: min(m, p − s)), each b
+    // rows, through each of the rank's chunks (the pipeline's stages s, s + p, …).
     const Kept k = bytes_kept(c, l, b);
-    const double blocks = double(c.layers / l.pp), in_flight = std::min(m, double(l.pp - s));
+    const double blocks = double(c.layers / l.pp);
     const bool first = s == 0, last = s == l.pp - 1;
     const double bTE = b * T * E, bT = b * T, logits = b * T * V / double(l.tp);
     const double shard = l.sequence_shards();
-    double one = blocks * k.block + (last ? k.head : 4 * bTE / shard);  // a sending stage keeps its output
-    if (four_d && first) one += 4 * bTE;  // VocabParallelEmbedding: the rows' partial sum, before the all-reduce
-    if (four_d && last) one += 4 * (logits + 6 * bT);  // vocab_parallel_cross_entropy keeps its softmax
-    r.activations = in_flight * one;
+    const int64_t v = l.virtual_stages, stages = l.pp * v;
+    auto keeps = [&](int64_t chunk) {  // what one micro-batch leaves in a chunk until its backward
+      const int64_t g = chunk * l.pp + s;  // the pipeline's stage
+      double one = blocks / double(v) * k.block + (g == stages - 1 ? k.head : 4 * bTE / shard);  // a sender keeps its output
+      if (four_d && g == 0) one += 4 * bTE;  // VocabParallelEmbedding: the rows' partial sum, before the all-reduce
+      if (four_d && g == stages - 1) one += 4 * (logits + 6 * bT);  // vocab_parallel_cross_entropy keeps its softmax
+      return one;
+    };
+    r.activations = held_at_peak(l, s, keeps);
     // The peak (see the top): the state, then the largest moment of the step.
     double state = r.params + (ddp_buckets ? r.grads : 0) + r.optim + data;
     // Accumulating (--grad-accum, or a pipeline's micro-batches): the whole local gradients
@@ -509,8 +540,11 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       if (last) sent.add(Axis::Tp, K::AllReduce, times * 3, all_reduce_bytes(4 * b * T, t));  // the loss
     }
     if (l.pp > 1) {  // pp: activations forward (after a header) and gradients back, the loss, the tied embedding
-      if (!last) sent.add(Axis::Pp, K::Send, forwards * m, 80), sent.add(Axis::Pp, K::Send, forwards * m, act / shard);
-      if (!first) sent.add(Axis::Pp, K::Send, forwards * m, act / shard);
+      for (int64_t chunk = 0; chunk < v; ++chunk) {  // each chunk but the last sends on, each but the first back
+        const int64_t g = chunk * l.pp + s;
+        if (g < stages - 1) sent.add(Axis::Pp, K::Send, forwards * m, 80), sent.add(Axis::Pp, K::Send, forwards * m, act / shard);
+        if (g > 0) sent.add(Axis::Pp, K::Send, forwards * m, act / shard);
+      }
       sent.add(Axis::Pp, K::Broadcast, forwards, broadcast_bytes(8, l.pp));
       sent.add(Axis::Pp, K::AllReduce, 1, all_reduce_bytes(4 * V / double(t) * E, l.pp));
     }

@@ -107,11 +107,16 @@ inline void print_plan_check(const GPTConfig& config, const PlanLayout& layout, 
 // The plan, and with a machine (gpt/step_time.h) the step's time: what --plan prints.
 inline void print_plan(const GPTConfig& config, const PlanLayout& layout, const Machine* machine) {
   const Plan p = plan(config, layout);
-  std::printf("plan: world %lld = dp %lld x pp %lld x cp %lld x tp %lld%s, strategy %s, %lld x %lld sequences per "
+  std::string pipeline;  // the schedule, where there is a pipeline
+  if (layout.pp > 1)
+    pipeline = std::string(", ") + par::schedule_name(layout.schedule) +
+               (layout.virtual_stages > 1 ? " v " + std::to_string(layout.virtual_stages) : "") + " over " +
+               std::to_string(layout.micro_batches) + " micro-batches";
+  std::printf("plan: world %lld = dp %lld x pp %lld x cp %lld x tp %lld%s%s, strategy %s, %lld x %lld sequences per "
               "replica, precision %s, recompute %s\n%5s %14s %14s %14s %14s %14s %14s\n",
               static_cast<long long>(layout.world()), static_cast<long long>(layout.dp),
               static_cast<long long>(layout.pp), static_cast<long long>(layout.cp), static_cast<long long>(layout.tp),
-              layout.sequence_parallel ? " (sequence parallel)" : "", layout.strategy.c_str(), static_cast<long long>(layout.grad_accum),
+              layout.sequence_parallel ? " (sequence parallel)" : "", pipeline.c_str(), layout.strategy.c_str(), static_cast<long long>(layout.grad_accum),
               static_cast<long long>(layout.batch), layout.precision.c_str(), config.recompute.c_str(), "stage",
               "params MB", "grads MB", "optimizer MB", "activations MB", "peak MB", "sent MB");
   for (size_t s = 0; s < p.ranks.size(); ++s) {

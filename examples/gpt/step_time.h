@@ -10,7 +10,8 @@
 //             plus the bytes its other ops move (norms, activations, residuals, the loss, the
 //             optimizer) at its memory bandwidth;
 //             a pipeline runs m micro-batches through p stages in m + p − 1 slots of the
-//             slowest stage's micro-batch (1F1B's bubble: (p − 1)/m more).
+//             slowest stage's micro-batch (1F1B's bubble: (p − 1)/m more; interleaving v
+//             chunks a rank divides it by v, ZB-H1 by 3).
 //   comm      per mesh axis, operations × latency + bytes / bandwidth, on the link the axis's
 //             ranks share: within a host, or the network when the group spans hosts (the mesh
 //             puts tp's ranks closest, then cp's, pp's, dp's), where the group's members on
@@ -212,8 +213,11 @@ inline StepTime step_time(const Plan& p, const PlanLayout& l, const Machine& m) 
     }
     s.comm = std::max(s.comm, comm);
   }
-  // 1F1B: m micro-batches through p stages take m + p − 1 slots of the slowest stage's.
-  const double slots = double(l.grad_accum) * double(l.micro_batches + l.pp - 1);
+  // A pipeline: m micro-batches of the slowest stage's, stretched by the schedule's bubble on
+  // paper (parallel/pipeline.h's ideal_bubble): 1F1B's and GPipe's m + p − 1 slots, interleaving's
+  // m + (p − 1)/v, ZB-H1's m + (p − 1)/3 (m >= p).
+  const double bubble = l.pp > 1 ? par::ideal_bubble(l.schedule, l.pp, l.micro_batches, -1, l.virtual_stages) : 0;
+  const double slots = double(l.grad_accum) * double(l.micro_batches) / (1 - bubble);
   s.compute = l.pp > 1 ? slots * slowest_micro_batch : slowest_compute;
   s.total = s.compute + s.comm;
   return s;
