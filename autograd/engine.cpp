@@ -3,7 +3,7 @@
 // 1. Count, for every node reachable from the root, how many edges lead into it.
 // 2. Start with the root's gradient; repeatedly run the ready node with the
 //    highest sequence number (the most recently recorded op first, leaves'
-//    AccumulateGrad nodes before anything else), adding each gradient it
+//    AccumulateGrad nodes and reusable casts before anything else), adding each gradient it
 //    returns into its target's buffer. A node is ready when every edge into it
 //    has delivered, so its buffer holds its complete gradient.
 // 3. Unless retain_graph, each node drops its saved tensors right after it ran:

@@ -40,6 +40,12 @@ void attach(Tensor& out, const char* name, const std::vector<const Tensor*>& inp
 void record_view_backward(const char* name, Tensor& out, const Tensor& input,
                           ViewScatterNode::ViewFn view);
 
+// Like record, for one input and a backward that keeps no tensors: the node is never
+// released after a backward, so `out` may feed several backward passes, each running it
+// (autocast_weight_cache: one 16-bit copy of a weight for a step's micro-batches).
+void record_reusable(const char* name, Tensor& out, const Tensor& input,
+                     std::function<Tensor(const Tensor& grad)> backward);
+
 template <typename F>
 void record(const char* name, Tensor& out, std::initializer_list<const Tensor*> inputs,
             F&& backward) {

@@ -114,6 +114,30 @@ void attach(Tensor& out, const char* name, const std::vector<const Tensor*>& inp
   attach_node(out, std::make_shared<FunctionNode>(name, std::move(fn)), inputs);
 }
 
+namespace {
+// A FunctionNode that a backward does not release (its closure keeps no tensors). It runs
+// as soon as its gradient is complete, as AccumulateGrad does (the largest sequence numbers):
+// a backward after the one that made it would otherwise, finding it older than all its own
+// nodes, leave it (and a weight's gradient, and the hooks that wait for it) to the end.
+struct ReusableNode : FunctionNode {
+  ReusableNode(const char* name, BackwardFn fn) : FunctionNode(name, std::move(fn)) {
+    sequence_nr = std::numeric_limits<uint64_t>::max() - 1;
+  }
+  void release() override {}
+  bool reusable() const override { return true; }
+};
+}  // namespace
+
+void record_reusable(const char* name, Tensor& out, const Tensor& input,
+                     std::function<Tensor(const Tensor& grad)> backward) {
+  if (!needs_grad({&input})) return;
+  attach_node(out,
+              std::make_shared<ReusableNode>(name, [fn = std::move(backward)](const Tensor& g, const std::vector<bool>&) {
+                return Grads{fn(g)};
+              }),
+              {&input});
+}
+
 void record_view_backward(const char* name, Tensor& out, const Tensor& input,
                           ViewScatterNode::ViewFn view) {
   if (!needs_grad({&input})) return;

@@ -57,6 +57,10 @@ struct Node {
   virtual bool add_into(const Tensor& grad, Tensor& sum);
   // Drop saved tensors after backward (unless retain_graph).
   virtual void release() = 0;
+  // Whether it outlives a backward, for several to run it (record_reusable, function.h:
+  // autocast_weight_cache's casts). Checkpointing counts it outside every region, made
+  // before or inside one.
+  virtual bool reusable() const { return false; }
 };
 
 // A node whose backward is a closure (what autograd::record makes).

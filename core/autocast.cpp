@@ -2,7 +2,10 @@
 #include "ringgrad/core/autocast.h"
 
 #include <array>
+#include <map>
+#include <utility>
 
+#include "ringgrad/autograd/function.h"
 #include "ringgrad/core/error.h"
 #include "ringgrad/core/tensor.h"
 
@@ -20,6 +23,30 @@ bool castable(const Tensor& t) {
   return t.defined() && (t.dtype() == kFloat32 || is_reduced_precision(t.dtype()));
 }
 
+// autocast_weight_cache's: how many are open on this thread, and the casts kept, by source
+// tensor and dtype (each entry also holds its source, so that no other tensor takes its address).
+struct WeightCache {
+  int open = 0;
+  struct Entry {
+    Tensor source, cast;
+  };
+  std::map<std::pair<const TensorImpl*, DType>, Entry> casts;
+};
+thread_local WeightCache weight_cache;
+
+// t cast to `dtype` once while the cache is open: the copy's backward node keeps nothing and
+// is never released, so each backward that reaches it sends the gradient on to t.
+Tensor cached_cast(const Tensor& t, DType dtype) {
+  auto [it, made] = weight_cache.casts.try_emplace({&t.impl(), dtype});
+  if (made) {
+    Tensor cast = t.detach().to(dtype);
+    const DType source = t.dtype();
+    autograd::record_reusable("to", cast, t, [source](const Tensor& g) { return g.to(source); });
+    it->second = {t, cast};
+  }
+  return it->second.cast;
+}
+
 }  // namespace
 
 autocast::autocast(Device device, DType dtype, bool enabled) : type_(device.type) {
@@ -30,6 +57,12 @@ autocast::autocast(Device device, DType dtype, bool enabled) : type_(device.type
 }
 
 autocast::~autocast() { slot(type_) = previous_; }
+
+autocast_weight_cache::autocast_weight_cache() { ++weight_cache.open; }
+
+autocast_weight_cache::~autocast_weight_cache() {
+  if (--weight_cache.open == 0) weight_cache.casts.clear();
+}
 
 std::optional<DType> autocast_dtype(Device device) { return slot(device.type); }
 
@@ -50,7 +83,11 @@ bool autocast_widen(std::initializer_list<const Tensor*> ts) {
   return false;
 }
 
-Tensor autocast_cast(const Tensor& t, DType dtype) { return castable(t) ? t.to(dtype) : t; }
+Tensor autocast_cast(const Tensor& t, DType dtype) {
+  if (!castable(t) || t.dtype() == dtype) return t;
+  if (weight_cache.open > 0 && t.is_leaf() && autograd::needs_grad({&t})) return cached_cast(t, dtype);
+  return t.to(dtype);
+}
 
 }  // namespace detail
 }  // namespace ringgrad

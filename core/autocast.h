@@ -42,6 +42,28 @@ class autocast {
   std::optional<DType> previous_;
 };
 
+// One 16-bit copy of each weight for a whole step. While a cache lives on this thread, the
+// casts autocast makes of leaf tensors that require grad (the parameters), with gradients on,
+// are kept and reused, so a step's micro-batches (a pipeline's in flight, or accumulated ones)
+// share one copy of each weight instead of each casting, and keeping for backward, its own.
+// PyTorch's autocast caches the same casts within one region; Megatron keeps its parameters
+// in 16 bits with a float32 copy in its optimizer. Each micro-batch's backward still runs the
+// cast's backward into the parameter's float32 gradient, so the gradients are the same. The
+// parameters must not change while the cache lives: open it around a step's forwards and
+// backwards and close it before the optimizer steps. Nested caches share the outermost.
+//
+//   { rg::autocast_weight_cache cache;  for (auto& mb : micro_batches) { …forward, backward… } }
+//   opt.step();
+//
+// Not under FSDP: its gathered parameters would all stay gathered, their casts kept.
+class autocast_weight_cache {
+ public:
+  autocast_weight_cache();
+  ~autocast_weight_cache();
+  autocast_weight_cache(const autocast_weight_cache&) = delete;
+  autocast_weight_cache& operator=(const autocast_weight_cache&) = delete;
+};
+
 // The dtype autocast runs GEMM-like ops in on `device`'s type now; nullopt when off.
 std::optional<DType> autocast_dtype(Device device);
 

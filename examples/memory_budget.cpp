@@ -134,8 +134,9 @@ int main(int argc, char** argv) {
     // The attention's route decides whether merging its heads costs a copy (see the top).
     const bool merge_is_view = gpt::attention_merge_is_view(c);
     // float32 and autocast: the planner's formulas (gpt/plan.h, the same ones, in bytes).
+    // (One forward, no weight cache: each GEMM's weight copy is in its block's activations.)
     const gpt::Kept kept = gpt::bytes_kept(c, {.batch = batch, .precision = amp ? "bf16" : "fp32",
-                                               .merge_is_view = merge_is_view}, B);
+                                               .merge_is_view = merge_is_view, .weight_cache = false}, B);
     const double Pd = double(P), BTE = B * T * E, BT = B * T, BTV = B * T * V;
     // The model in bfloat16 (see the top of the file), in bytes.
     const double bf16_block = 2 * 17 * BTE + 4 * 4 * BT + 4 * H * BT;

@@ -32,8 +32,10 @@ using autograd::Node;
 
 bool is_accumulate(const Node& n) { return dynamic_cast<const autograd::AccumulateGrad*>(&n) != nullptr; }
 
-// Whether a node lies outside the region whose nodes were numbered from `first` on.
-bool outside(const Node& n, uint64_t first) { return is_accumulate(n) || n.sequence_nr < first; }
+// Whether a node lies outside the region whose nodes were numbered from `first` on. A
+// reusable node (a weight's cast kept for the step) is outside even when the region made it:
+// the recomputation reads the same cast, made before it.
+bool outside(const Node& n, uint64_t first) { return is_accumulate(n) || n.reusable() || n.sequence_nr < first; }
 
 // Every edge from the region's graph (under `out`) to a node outside it, each node once.
 std::vector<Edge> edges_leaving(const Tensor& out, uint64_t first) {

@@ -1,6 +1,7 @@
 // test_mixed_precision.cpp — rg::autocast (core/autocast.h) and the optimizers' float32
 // master weights for 16-bit parameters (optim/optimizer.h).
 #include <cmath>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -90,6 +91,89 @@ TEST_CASE("autocast: float32 parameters get float32 gradients, equal to casting 
   rg::Tensor logits = rg::nn::linear(x.to(h), params[0].to(h), params[1].to(h));
   rg::nn::cross_entropy(logits.to(rg::kFloat32), target).backward();
   for (size_t i = 0; i < params.size(); ++i) CHECK(values(params[i].grad()) == values(auto_grads[i]));
+}
+
+TEST_CASE("autocast_weight_cache: a step's micro-batches share one 16-bit copy of each weight") {
+  rg::manual_seed(5);
+  rg::nn::Linear fc(64, 32);
+  std::vector<rg::Tensor> xs;
+  for (int i = 0; i < 4; ++i) xs.push_back(rg::randn({3, 64}));
+  // Four micro-batches in flight (every forward before any backward, as a pipeline's first
+  // stage holds them), then their backwards; returns the gradients and the bytes held at the
+  // end of the forwards above what was held before them.
+  auto step = [&](bool cached) {
+    for (rg::Tensor& p : fc.parameters()) p.set_grad(rg::Tensor());
+    const int64_t before = rg::memory_stats().live_bytes;
+    std::vector<rg::Tensor> losses;
+    int64_t held = 0;
+    {
+      std::optional<rg::autocast_weight_cache> cache;
+      if (cached) cache.emplace();
+      {
+        rg::autocast guard(rg::kCPU, rg::kBFloat16);
+        for (const rg::Tensor& x : xs) {
+          rg::Tensor y = fc.forward(x).to(rg::kFloat32);
+          losses.push_back((y * y).sum());
+        }
+      }
+      held = rg::memory_stats().live_bytes - before;
+      for (rg::Tensor& loss : losses) loss.backward();  // each runs the shared cast's backward
+    }
+    std::vector<std::vector<double>> grads;
+    for (rg::Tensor& p : fc.parameters()) grads.push_back(values(p.grad()));
+    return std::make_pair(grads, held);
+  };
+  const auto [plain, plain_held] = step(false);
+  const auto [cached, cached_held] = step(true);
+  CHECK(cached == plain);  // the same gradients, to the bit
+  // The weight's copy (64 x 32 bfloat16 numbers, 4 KB), which each GEMM keeps for backward,
+  // made once, not 4 times; the bias's (no backward keeps it) now kept once, by the cache.
+  CHECK(plain_held - cached_held == 3 * (64 * 32 * 2) - 32 * 2);
+
+  {  // A later backward runs the shared cast as soon as its gradient is complete, as a fresh
+     // one would, not after everything newer: fc2's weight gradient is in (and DDP's hook on
+     // it fires) before the backward reaches fc1 and the input.
+    rg::nn::Linear fc1(8, 8), fc2(8, 4);
+    bool input_done_first = false;
+    rg::Tensor x;
+    fc2.weight.register_post_accumulate_grad_hook([&](rg::Tensor&) { input_done_first = x.grad().defined(); });
+    rg::autocast_weight_cache cache;
+    for (int k = 0; k < 2; ++k) {
+      x = rg::randn({3, 8}).requires_grad_();
+      rg::Tensor loss;
+      {
+        rg::autocast guard(rg::kCPU, rg::kBFloat16);
+        loss = fc2.forward(fc1.forward(x)).to(rg::kFloat32).sum();
+      }
+      loss.backward();
+      CHECK(!input_done_first);
+    }
+  }
+  {  // one copy while the cache is open, nested or not; a new one after it closes
+    rg::autocast guard(rg::kCPU, rg::kBFloat16);
+    const rg::Tensor& w = fc.weight;
+    rg::Tensor first, again;
+    {
+      rg::autocast_weight_cache cache;
+      first = rg::detail::autocast_cast(w, rg::kBFloat16);
+      {
+        rg::autocast_weight_cache inner;
+        CHECK(rg::detail::autocast_cast(w, rg::kBFloat16).storage().get() == first.storage().get());
+      }
+      again = rg::detail::autocast_cast(w, rg::kBFloat16);  // the inner cache's end kept it
+      CHECK(again.storage().get() == first.storage().get());
+      // Not cached: a tensor that is not a leaf, and anything with gradients off.
+      rg::Tensor made = w * 2.0;
+      CHECK(rg::detail::autocast_cast(made, rg::kBFloat16).storage().get() !=
+            rg::detail::autocast_cast(made, rg::kBFloat16).storage().get());
+      rg::NoGradGuard off;
+      rg::Tensor plain_cast = rg::detail::autocast_cast(w, rg::kBFloat16);
+      CHECK(plain_cast.storage().get() != first.storage().get());
+      CHECK(!plain_cast.requires_grad());
+    }
+    rg::autocast_weight_cache cache;
+    CHECK(rg::detail::autocast_cast(w, rg::kBFloat16).storage().get() != first.storage().get());
+  }
 }
 
 TEST_CASE("autocast: a Transformer encoder layer in bfloat16 stays within bfloat16's rounding of float32") {

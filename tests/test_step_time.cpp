@@ -85,6 +85,65 @@ TEST_CASE("step_time: a pipeline's m micro-batches take m + p - 1 slots of the s
   CHECK(twice.compute == doctest::Approx(2 * (4 + 2 - 1) * 2.0));
 }
 
+TEST_CASE("step_time: interleaving divides the pipeline's fill and drain by v, ZB-H1 by 3") {
+  gpt::Plan p;
+  p.ranks = {rank_with_work(400, 0, 0, 0.25), rank_with_work(800, 0, 0, 0.25)};  // 2 s a micro-batch
+  using S = gpt::par::PipelineSchedule;
+  const gpt::StepTime gpipe = gpt::step_time(p, {.pp = 2, .micro_batches = 4, .schedule = S::GPipe}, simple_machine());
+  CHECK(gpipe.compute == doctest::Approx((4 + 1) * 2.0));
+  const gpt::StepTime inter = gpt::step_time(
+      p, {.pp = 2, .micro_batches = 4, .schedule = S::Interleaved1F1B, .virtual_stages = 2}, simple_machine());
+  CHECK(inter.compute == doctest::Approx((4 + 1.0 / 2) * 2.0));
+  const gpt::StepTime zb = gpt::step_time(p, {.pp = 2, .micro_batches = 4, .schedule = S::ZeroBubbleH1}, simple_machine());
+  CHECK(zb.compute == doctest::Approx((4 + 1.0 / 3) * 2.0));
+}
+
+TEST_CASE("plan: what a pipeline stage holds is its schedule's, run on paper") {
+  using S = gpt::par::PipelineSchedule;
+  // Each micro-batch through chunk c keeps 1 + c (bytes, say): the peak is the schedule's sum.
+  const auto held = [](S schedule, int64_t rank, int64_t v) {
+    const gpt::PlanLayout l{.pp = 2, .micro_batches = 4, .schedule = schedule, .virtual_stages = v};
+    return gpt::held_at_peak(l, rank, [](int64_t chunk) { return 1.0 + double(chunk); });
+  };
+  CHECK(held(S::GPipe, 0, 1) == 4);         // every micro-batch
+  CHECK(held(S::OneFOneB, 0, 1) == 2);      // p − r
+  CHECK(held(S::OneFOneB, 1, 1) == 1);
+  CHECK(held(S::ZeroBubbleH1, 0, 1) == 2);  // 1F1B's count
+  // Interleaved, v 2: rank 0's warm-up is (p − 1)·2 + (v − 1)·p = 4 forwards (chunk 0 for
+  // micro-batches 0 and 1, then chunk 1 for them: 1 + 1 + 2 + 2), and its steady state's
+  // next forward (chunk 0 of micro-batch 2) comes before the first backward: 7. Rank 1's
+  // warm-up is 2 forwards (chunk 0, 0), then a third (chunk 1 of micro-batch 0): 4.
+  CHECK(held(S::Interleaved1F1B, 0, 2) == 7);
+  CHECK(held(S::Interleaved1F1B, 1, 2) == 4);
+  // The plan: each chunk but the pipeline's last sends its output on, each but the first its
+  // gradient back (a header before each activation): rank 0 of p 2, v 2, m 4 makes 20 sends.
+  gpt::GPTConfig c;
+  c.layers = 4, c.d_model = 64, c.heads = 4, c.seq = 32;
+  const gpt::PlanLayout inter{.pp = 2, .batch = 8, .micro_batches = 4, .schedule = S::Interleaved1F1B, .virtual_stages = 2};
+  const size_t send = size_t(gpt::par::Collective::Send);
+  CHECK(gpt::plan(c, inter).ranks[0].sent.operations[send] == 20);
+  CHECK(gpt::plan(c, {.pp = 2, .batch = 8, .micro_batches = 4}).ranks[0].sent.operations[send] == 8);
+}
+
+TEST_CASE("plan: under autocast a step's micro-batches share one copy of the weights, not under FSDP") {
+  gpt::GPTConfig c;
+  c.layers = 2, c.d_model = 64, c.heads = 4, c.seq = 32;
+  // One block's GEMM weights and biases (q, k, v and out_proj; the MLP's two), the head's
+  // weight (the tied embedding), in bfloat16.
+  const double E = 64, copies = 2 * (2 * (12 * E * E + 3 * E + E + 4 * E + E) + 256 * E);
+  const gpt::PlanLayout ddp{.batch = 4, .precision = "bf16"}, fsdp{.strategy = "fsdp", .batch = 4, .precision = "bf16"};
+  CHECK(ddp.weights_cached());
+  CHECK(!fsdp.weights_cached());
+  // Without it, each block and the head keep their copies in the activations; with it, once.
+  const double kept = 2 * 2 * 12 * E * E + 2 * 256 * E;
+  CHECK(gpt::plan(c, ddp).largest.activations - gpt::plan(c, fsdp).largest.activations == doctest::Approx(copies - kept));
+  // A pipeline's first stage holds p micro-batches: the copies once, not p times.
+  const gpt::PlanLayout pipe{.pp = 2, .batch = 8, .micro_batches = 4, .precision = "bf16"};
+  const gpt::PlanLayout plain = {.pp = 2, .batch = 8, .micro_batches = 4, .precision = "fp32"};
+  CHECK(pipe.weights_cached());
+  CHECK(gpt::plan(c, pipe).ranks[0].activations < gpt::plan(c, plain).ranks[0].activations);
+}
+
 TEST_CASE("plan: the work it counts for the step's time") {
   gpt::GPTConfig c;
   c.layers = 2, c.d_model = 64, c.heads = 4, c.seq = 32;

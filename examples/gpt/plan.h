@@ -38,6 +38,9 @@
 //               s holds min(m, p − s) (ZB-H1 too, at least), under GPipe all m, interleaved
 //               its v chunks' longer warm-up; a chunk that sends keeps its output
 //               for backward. --grad-accum N: one micro-batch of --batch-size at a time.
+//               Under autocast (not fsdp) the step's micro-batches share one bfloat16 copy of
+//               each GEMM's weight and bias (autocast_weight_cache), 2 bytes a number from the
+//               first forward to the last backward, counted once, not in each micro-batch.
 //   sent        the bytes one step sends, as the communicators count them (an all-reduce of n
 //               bytes over g ranks 2(g−1)/g·n, a broadcast or reduce (g−1)/g·n, an all-gather
 //               (g−1)·its input, a reduce-scatter (g−1)/g·its whole input, a send all of it):
@@ -100,6 +103,11 @@ struct PlanLayout {
   // What the residual stream's positions are cut into on a tp rank: tp under sequence
   // parallelism, else 1 (every tp rank holds them all).
   double sequence_shards() const { return sequence_parallel ? double(tp) : 1; }
+  // Whether a step's micro-batches share one 16-bit copy of each weight (autocast_weight_cache,
+  // opened by gpt/trainer.h; `weight_cache` false for a program that does not): under autocast,
+  // but not under FSDP.
+  bool weight_cache = true;
+  bool weights_cached() const { return weight_cache && precision != "fp32" && strategy != "fsdp"; }
 };
 
 // The mesh axes a rank sends on: tensor, pipeline and context parallelism, and the
@@ -143,6 +151,7 @@ struct Plan {
 struct ParamTensor {
   int64_t numel;
   int64_t unit;
+  bool cast = true;  // a GEMM's operand, cast under autocast (not a norm's, nor an embedding's lookup)
 };
 
 inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp, int64_t stage, int64_t pp) {
@@ -150,11 +159,11 @@ inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp
   const int64_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads, kvE = E / c.heads * kv;
   const bool first = stage == 0, last = stage == pp - 1, rms = c.norm == "rmsnorm";
   std::vector<ParamTensor> out;
-  if (first) out.push_back({V / t * E, 0});
-  if (first && c.pos != "rope") out.push_back({c.seq * E, 0});
+  if (first) out.push_back({V / t * E, 0, pp == 1});  // (one stage: the head's weight too)
+  if (first && c.pos != "rope") out.push_back({c.seq * E, 0, false});
   auto norm = [&](int64_t unit) {
-    out.push_back({E, unit});
-    if (!rms) out.push_back({E, unit});
+    out.push_back({E, unit, false});
+    if (!rms) out.push_back({E, unit, false});
   };
   const int64_t per_stage = c.layers / pp;
   for (int64_t b = stage * per_stage; b < (stage + 1) * per_stage; ++b) {
@@ -281,32 +290,36 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
     // input and one statistic a row (as in float32); rotary embeddings the rotated q and k and
     // contiguous copies of q, k and v in bfloat16; SwiGLU its five hidden-sized tensors in
     // bfloat16, and one more bfloat16 copy of the norm's output (w1 and w3 each cast their
-    // input), for GELU's two of 4E; the bfloat16 weight copies follow the shapes. Grouped-query
-    // attention's activations are left out: measured with 1 and 2 K/V heads of 4, at two widths
-    // and two lengths, the peak moved by under 1% (why its smaller k and v save nothing here is
-    // not derived yet). Under --tp the residual stream, the norms and their outputs' bfloat16
-    // copies (each GEMM's whole input) are whole on every rank; the heads' and hidden units'
-    // tensors and the weights' copies are this rank's share (1/t).
+    // input), for GELU's two of 4E. Grouped-query attention's activations are left out:
+    // measured with 1 and 2 K/V heads of 4, at two widths and two lengths, the peak moved by
+    // under 1% (why its smaller k and v save nothing here is not derived yet). Under --tp the
+    // residual stream, the norms and their outputs' bfloat16 copies (each GEMM's whole input)
+    // are whole on every rank; the heads' and hidden units' tensors are this rank's share (1/t).
     const double kv = c.kv_heads == 0 ? H : double(c.kv_heads), r = kv / H;
     double attention_extra = 0, mlp_extra = 0, head_extra = 0;
     if (c.norm == "rmsnorm")
       attention_extra += 4 * (bTE - bT) / s, mlp_extra += 4 * (bTE - bT) / s, head_extra += 4 * (bTE - bT) / s;
     if (c.pos == "rope") attention_extra += 2 * (2 + 3 * r) * bTE / t;
-    attention_extra -= 2 * 2 * (1 - r) * E * E / t;  // the k and v weights' copies
     // (w1 and w3 share sequence_parallel_linear's one cast)
-    if (c.mlp == "swiglu")
-      mlp_extra += 2 * (5 * hidden * bT - 8 * bTE) / t + (l.sequence_parallel ? 0 : 2 * bTE) + 2 * (3 * hidden * E - 8 * E * E) / t;
+    if (c.mlp == "swiglu") mlp_extra += 2 * (5 * hidden * bT - 8 * bTE) / t + (l.sequence_parallel ? 0 : 2 * bTE);
+    // The weights' bfloat16 copies the GEMMs keep for backward (this rank's share): attention's
+    // q, k, v and out_proj, the MLP's, the head's. Where a step's micro-batches share one copy
+    // (weights_cached) the plan counts them once a step instead (plan()).
+    double attention_copies = 2 * (4 - 2 * (1 - r)) * E * E / t;
+    double mlp_copies = c.mlp == "swiglu" ? 2 * 3 * hidden * E / t : 2 * 8 * E * E / t;
+    double head_copies = 2 * V / t * E;
+    if (l.weights_cached()) attention_copies = mlp_copies = head_copies = 0;
     const double whole = 4 * 2 * bTE / s + 2 * 2 * bTE / s + 2 * 13 * bTE / t + 4 * 4 * bT / s + 4 * H / t * bT +
-                         2 * 12 * E * E / t + attention_extra + mlp_extra;
+                         attention_copies + mlp_copies + attention_extra + mlp_extra;
     k.block_whole = whole;
     if (c.recompute == "full")
       k.block = 4 * bTE / s;
     else if (c.recompute == "selective")  // x, y float32; ln1's output, q, k, v, attention's two
-      k.block = 4 * 2 * bTE / s + 2 * bTE / s + 2 * 5 * bTE / t + 4 * 2 * bT / s + 4 * H / t * bT + 2 * 4 * E * E / t +
+      k.block = 4 * 2 * bTE / s + 2 * bTE / s + 2 * 5 * bTE / t + 4 * 2 * bT / s + 4 * H / t * bT + attention_copies +
                 attention_extra;
     else
       k.block = whole;
-    k.head = 4 * bTE / s + 2 * bTE / s + 4 * 2 * bT / s + 2 * V / t * E + 4 * bT * V / t + 4 * bT + head_extra;
+    k.head = 4 * bTE / s + 2 * bTE / s + 4 * 2 * bT / s + head_copies + 4 * bT * V / t + 4 * bT + head_extra;
   }
   return k;
 }
@@ -464,6 +477,12 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       return one;
     };
     r.activations = held_at_peak(l, s, keeps);
+    // Under autocast (not FSDP) one bfloat16 copy of each GEMM's weight and bias for the whole
+    // step, from the first forward to the last backward, however many micro-batches are in flight.
+    double copies = 0;
+    if (l.weights_cached())
+      for (const ParamTensor& p : ts) copies += p.cast ? 2 * double(p.numel) : 0;
+    r.activations += copies;
     // The peak (see the top): the state, then the largest moment of the step.
     double state = r.params + (ddp_buckets ? r.grads : 0) + r.optim + data;
     // Accumulating (--grad-accum, or a pipeline's micro-batches): the whole local gradients
@@ -498,7 +517,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       const double flight = std::min(2.0, L);
       moment = std::max(moment, (L - flight) * S + flight * (B + S) + 3 * R + R / double(n));
     } else {
-      moment = std::max(moment, ddp_buckets ? 0.0 : 4 * numel);  // the end of backward: the gradients
+      moment = std::max(moment, ddp_buckets ? 0.0 : 4 * numel + copies);  // the end of backward: the gradients
     }
     r.peak = state + moment;
     // Under --tp/--pp the model's making (StageBlocks, gpt/parallel.h): the stage's parameters

@@ -178,6 +178,11 @@ struct Trainer {
   double train_step(const rg::Tensor& tokens, const rg::Tensor& targets) {
     double sum = 0;
     const double share = 1.0 / double(accumulation);
+    // Under autocast, one 16-bit copy of each weight for the step's micro-batches (a
+    // pipeline's in flight, the accumulated ones), not one each (core/autocast.h); not under
+    // FSDP, whose gathered units it would keep gathered.
+    std::optional<rg::autocast_weight_cache> weight_copies;
+    if (precision.mixed() && !fsdp) weight_copies.emplace();
     for (int64_t k = 0; k < accumulation; ++k) {
       const bool quiet = k + 1 < accumulation;
       if (pipeline) {  // gradients accumulate in the stage; the all-reduces come after the last
@@ -207,6 +212,7 @@ struct Trainer {
       scaler.scale(loss * share).backward();  // fp32/bf16: (loss / N).backward()
       sum += loss.item() * share;
     }
+    weight_copies.reset();  // before the parameters change
     if (!pipeline) {
       if (groups->ep) par::reduce_expert_grads(expert_parameters(), groups->expert_dp, comm.size());
       return sum;
