@@ -88,6 +88,7 @@ check 4 --strategy zero1 --dp 2 --tp 2 --precision bf16
 # sends and a recomputed block's input), each split layer's all-reduce an all-gather and a
 # reduce-scatter.
 check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 --recompute selective --sequence-parallel
+check 4 --dp 1 --pp 2 --tp 2 --micro-batches 2 "${llama[@]}" --recompute selective --sequence-parallel
 check 2 --dp 1 --tp 2 --recompute full --sequence-parallel
 check 4 --dp 1 --cp 2 --tp 2 --recompute full --sequence-parallel
 check 2 --dp 1 --tp 2 "${llama[@]}" --sequence-parallel

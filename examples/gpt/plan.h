@@ -264,15 +264,15 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
   if (l.precision == "fp32") {
     // Llama's options, measured per block beside GPT-2's (numbers): RMSNorm keeps its
     // normalised input beside its input, and one statistic a row instead of two (whole on
-    // every tp rank); grouped-query attention smaller k and v, and (for 1 < K < H heads) k and
-    // v repeated for the heads; rotary embeddings rotated q and k and contiguous copies of q,
+    // every tp rank); grouped-query attention smaller k and v, and (where a rank holds more
+    // than one of the K < H K/V heads: K/t > 1) k and v repeated for the heads; rotary embeddings rotated q and k and contiguous copies of q,
     // k and v; SwiGLU five hidden-sized tensors (w1's and w3's outputs, silu's input and
     // output, their product) instead of GELU's two of 4E. Under --tp the heads' and the
     // hidden units' tensors are this rank's share (1/t).
     const double kv = c.kv_heads == 0 ? H : double(c.kv_heads), r = kv / H;
     double attention_extra = 0, mlp_extra = 0;
     if (c.norm == "rmsnorm") attention_extra += (bTE - bT) / s, mlp_extra += (bTE - bT) / s;
-    if (kv < H) attention_extra += (-2 * (1 - r) * bTE + (kv > 1 ? 2 * bTE : 0)) / t;
+    if (kv < H) attention_extra += (-2 * (1 - r) * bTE + (kv / t > 1 ? 2 * bTE : 0)) / t;
     if (c.pos == "rope") attention_extra += (2 + 3 * r) * bTE / t;
     if (c.mlp == "swiglu") mlp_extra += (5 * hidden * bT - 8 * bTE) / t;
     // (x, y and the norms' two outputs, as their GEMMs keep them; each norm's two statistics)
