@@ -131,11 +131,10 @@ struct ReusableNode : FunctionNode {
 void record_reusable(const char* name, Tensor& out, const Tensor& input,
                      std::function<Tensor(const Tensor& grad)> backward) {
   if (!needs_grad({&input})) return;
-  attach_node(out,
-              std::make_shared<ReusableNode>(name, [fn = std::move(backward)](const Tensor& g, const std::vector<bool>&) {
-                return Grads{fn(g)};
-              }),
-              {&input});
+  auto fn = [backward = std::move(backward)](const Tensor& g, const std::vector<bool>&) {
+    return Grads{backward(g)};
+  };
+  attach_node(out, std::make_shared<ReusableNode>(name, std::move(fn)), {&input});
 }
 
 void record_view_backward(const char* name, Tensor& out, const Tensor& input,

@@ -265,10 +265,11 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
     // Llama's options, measured per block beside GPT-2's (numbers): RMSNorm keeps its
     // normalised input beside its input, and one statistic a row instead of two (whole on
     // every tp rank); grouped-query attention smaller k and v, and (where a rank holds more
-    // than one of the K < H K/V heads: K/t > 1) k and v repeated for the heads; rotary embeddings rotated q and k and contiguous copies of q,
-    // k and v; SwiGLU five hidden-sized tensors (w1's and w3's outputs, silu's input and
-    // output, their product) instead of GELU's two of 4E. Under --tp the heads' and the
-    // hidden units' tensors are this rank's share (1/t).
+    // than one of the K < H K/V heads: K/t > 1) k and v repeated for the heads; rotary
+    // embeddings rotated q and k and contiguous copies of q, k and v; SwiGLU five hidden-sized
+    // tensors (w1's and w3's outputs, silu's input and output, their product) instead of
+    // GELU's two of 4E. Under --tp the heads' and the hidden units' tensors are this rank's
+    // share (1/t).
     const double kv = c.kv_heads == 0 ? H : double(c.kv_heads), r = kv / H;
     double attention_extra = 0, mlp_extra = 0;
     if (c.norm == "rmsnorm") attention_extra += (bTE - bT) / s, mlp_extra += (bTE - bT) / s;
@@ -471,9 +472,12 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     const int64_t v = l.virtual_stages, stages = l.pp * v;
     auto keeps = [&](int64_t chunk) {  // what one micro-batch leaves in a chunk until its backward
       const int64_t g = chunk * l.pp + s;  // the pipeline's stage
-      double one = blocks / double(v) * k.block + (g == stages - 1 ? k.head : 4 * bTE / shard);  // a sender keeps its output
-      if (four_d && g == 0) one += 4 * bTE;  // VocabParallelEmbedding: the rows' partial sum, before the all-reduce
-      if (four_d && g == stages - 1) one += 4 * (logits + 6 * bT);  // vocab_parallel_cross_entropy keeps its softmax
+      // (a chunk that sends keeps its output)
+      double one = blocks / double(v) * k.block + (g == stages - 1 ? k.head : 4 * bTE / shard);
+      // VocabParallelEmbedding: the rows' partial sum, before the all-reduce
+      if (four_d && g == 0) one += 4 * bTE;
+      // vocab_parallel_cross_entropy keeps its softmax
+      if (four_d && g == stages - 1) one += 4 * (logits + 6 * bT);
       return one;
     };
     r.activations = held_at_peak(l, s, keeps);
@@ -561,7 +565,8 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     if (l.pp > 1) {  // pp: activations forward (after a header) and gradients back, the loss, the tied embedding
       for (int64_t chunk = 0; chunk < v; ++chunk) {  // each chunk but the last sends on, each but the first back
         const int64_t g = chunk * l.pp + s;
-        if (g < stages - 1) sent.add(Axis::Pp, K::Send, forwards * m, 80), sent.add(Axis::Pp, K::Send, forwards * m, act / shard);
+        if (g < stages - 1)
+          sent.add(Axis::Pp, K::Send, forwards * m, 80), sent.add(Axis::Pp, K::Send, forwards * m, act / shard);
         if (g > 0) sent.add(Axis::Pp, K::Send, forwards * m, act / shard);
       }
       sent.add(Axis::Pp, K::Broadcast, forwards, broadcast_bytes(8, l.pp));
