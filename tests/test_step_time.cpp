@@ -137,11 +137,15 @@ TEST_CASE("plan: under autocast a step's micro-batches share one copy of the wei
   // Without it, each block and the head keep their copies in the activations; with it, once.
   const double kept = 2 * 2 * 12 * E * E + 2 * 256 * E;
   CHECK(gpt::plan(c, ddp).largest.activations - gpt::plan(c, fsdp).largest.activations == doctest::Approx(copies - kept));
-  // A pipeline's first stage holds p micro-batches: the copies once, not p times.
+  // A pipeline's first stage (one block here) holds p = 2 micro-batches: its block's copies
+  // once (weights and biases), not once in each micro-batch (the weights the GEMMs keep).
   const gpt::PlanLayout pipe{.pp = 2, .batch = 8, .micro_batches = 4, .precision = "bf16"};
-  const gpt::PlanLayout plain = {.pp = 2, .batch = 8, .micro_batches = 4, .precision = "fp32"};
+  gpt::PlanLayout uncached = pipe;
+  uncached.weight_cache = false;
   CHECK(pipe.weights_cached());
-  CHECK(gpt::plan(c, pipe).ranks[0].activations < gpt::plan(c, plain).ranks[0].activations);
+  const double once = 2 * (12 * E * E + 9 * E), each = 2 * 12 * E * E;
+  CHECK(gpt::plan(c, uncached).ranks[0].activations - gpt::plan(c, pipe).ranks[0].activations ==
+        doctest::Approx(2 * each - once));
 }
 
 TEST_CASE("plan: the work it counts for the step's time") {
