@@ -117,8 +117,8 @@
 // and --cp too: all five dimensions),
 // and prints the ep group's all-to-all bytes beside gpt/budget.h's formula. Evaluation lines
 // show the busiest expert's load over the mean; RESULT adds experts= ep= expert_balance=
-// expert_dropped=. With --cp a sequence's routing statistics are summed over its cp ranks
-// (dropless only). Not with --plan or --budget.
+// expert_dropped=. With --cp a sequence's routing statistics are summed over its cp ranks,
+// and capacity drops what one process drops (nn::GroupPieces). Not with --plan or --budget.
 #include <ringgrad/parallel/context_parallel.h>
 #include <ringgrad/parallel/ddp.h>
 #include <ringgrad/parallel/device_mesh.h>
@@ -352,10 +352,13 @@ int main(int argc, char** argv) {
     RG_CHECK((tp == 1 && pp == 1) || strategy == "ddp" || strategy == "zero1", "gpt",
              "expected --strategy ddp or zero1 with --tp or --pp above 1 (a stage's gradients are averaged "
              "over the (dp, cp) group after each pipeline step; zero1 then shares AdamW's state), got ", strategy);
-    RG_CHECK(!sequence_parallel || (tp > 1 && (config.seq / cp) % tp == 0 && config.experts == 0 && !budget),
+    RG_CHECK(!sequence_parallel || (tp > 1 && (config.seq / cp) % tp == 0 && !budget),
              "gpt", "expected --sequence-parallel with --tp above 1 dividing each rank's --seq / --cp = ",
-             config.seq / cp, " positions, without --experts (an MoE block routes whole sequences) or --budget "
-             "(--plan counts it), got --tp ", tp, config.experts ? " with --experts" : "", budget ? " with --budget" : "");
+             config.seq / cp, " positions, without --budget (--plan counts it), got --tp ", tp,
+             budget ? " with --budget" : "");
+    RG_CHECK(!sequence_parallel || config.experts == 0 || config.seq % (2 * cp * tp) == 0, "gpt",
+             "expected --seq divisible by 2 x --cp x --tp = ", 2 * cp * tp, " with --experts and "
+             "--sequence-parallel (a sequence's routing sees it in 2 x cp x tp equal pieces), got ", config.seq);
     ckpt.check();
     RG_CHECK(!budget || (strategy == "ddp" && cp == 1 && steps >= 2 && grad_accum == 1),
              "gpt", "expected --budget with --strategy ddp, --cp 1, --grad-accum 1 and --steps >= 2 "
@@ -367,9 +370,6 @@ int main(int argc, char** argv) {
     if (config.experts > 0) {
       RG_CHECK(config.experts_per_token <= config.experts, "gpt", "expected --experts-per-token at most --experts ",
                config.experts, ", got ", config.experts_per_token);
-      RG_CHECK(cp == 1 || config.capacity_factor == 0, "gpt", "expected --capacity-factor 0 (dropless) with "
-               "--experts and --cp above 1 (which tokens of a sequence to drop needs all of them in one place), "
-               "got --capacity-factor ", config.capacity_factor, " with --cp ", cp);
       RG_CHECK(!plan.plan_only && !budget, "gpt", "expected no --plan or --budget with --experts (the "
                "formulas do not count experts yet)");
     }
@@ -396,7 +396,7 @@ int main(int argc, char** argv) {
     const int replica = mesh.rank("dp");
     // --ep: the data-parallel axis as (edp, ep), the same ranks the mesh lays out; each ep
     // group (one pp, cp and tp position) splits the experts, which the (edp, cp) ranks hold
-    // alike (and the tp ranks, which compute them alike).
+    // alike (and the tp ranks: under --sequence-parallel each on its own positions).
     std::unique_ptr<par::DeviceMesh> experts_mesh;
     if (ep > 1)
       experts_mesh = std::make_unique<par::DeviceMesh>(
@@ -419,12 +419,23 @@ int main(int argc, char** argv) {
     std::optional<StageBlocks> cut;
     if (tp > 1 || pp > 1) cut.emplace(groups.pp_rank, pp, groups.tp, chunks, config.layers, sequence_parallel);
     GPT model(config, groups.ep, cut ? GPT::BlockHook(std::ref(*cut)) : GPT::BlockHook());
-    // --cp: a sequence's tokens lie on the cp ranks; its routing statistics are summed over them.
-    if (cp > 1)
-      for (const auto& moe : model.moes)
-        moe->group_sum = [&cp_group = mesh.group("cp")](const rg::Tensor& t) {
-          return par::sum_over_ranks(t, cp_group);
+    // --cp: a sequence's tokens lie on the cp ranks, zigzag chunks c and 2cp−1−c of 2cp, and
+    // under --sequence-parallel each chunk's tp parts on the tp ranks. Its routing statistics
+    // are summed over them (over tp with the gradient as it is: the tp ranks' loss is one),
+    // and capacity gives places in its whole order.
+    if (cp > 1 || sequence_parallel)
+      for (const auto& moe : model.moes) {
+        moe->group_sum = [&cp_group = mesh.group("cp"), &tp_group = mesh.group("tp"),
+                          sequence_parallel](const rg::Tensor& t) {
+          const rg::Tensor s = sequence_parallel ? par::reduce_from_tp_region(t, tp_group) : t;
+          return cp_group.size() > 1 ? par::sum_over_ranks(s, cp_group) : s;
         };
+        const int parts = sequence_parallel ? tp : 1, c = mesh.rank("cp"), t = mesh.rank("tp");
+        moe->group_piece_count = 2 * cp * parts;
+        moe->group_pieces_held.clear();
+        for (int i = sequence_parallel ? 2 * t : 0; i < (sequence_parallel ? 2 * t + 2 : 2); ++i)
+          moe->group_pieces_held.push_back(i < parts ? c * parts + i : (2 * cp - 1 - c) * parts + i - parts);
+      }
     Trainer trainer(strategy, model, everyone, lr, groups, {.micro_batches = pp > 1 ? micro_batches : 1,
                     .schedule = schedule_kind}, precision, comm_hook.hook(), grad_accum, chunks,
                     cut ? &*cut : nullptr);
@@ -600,7 +611,7 @@ int main(int argc, char** argv) {
       schedule.step();
       if (measured && groups.ep && world.is_main()) {  // the experts' all-to-alls against the formula
         std::snprintf(line, sizeof line, "CHECK moe_all_to_all_mb predicted=%.6f measured=%.6f",
-                      gpt::moe_all_to_all_bytes(config, batch * config.seq / cp, ep, grad_accum) / 1e6,
+                      gpt::moe_all_to_all_bytes(config, batch * config.seq / cp / (sequence_parallel ? tp : 1), ep, grad_accum) / 1e6,
                       double(groups.ep->wire_bytes(par::Collective::AllToAll)) / 1e6);
         bar.message(line);
       }

@@ -65,8 +65,48 @@ int64_t expert_capacity(double capacity_factor, int64_t tokens, int64_t top_k, i
       std::ceil(capacity_factor * double(tokens * top_k) / double(experts)));
 }
 
+namespace {
+
+// For each group g, choice j, piece held here (local index h) and expert e, the places the
+// whole group's assignments before these took: every choice before j in every piece, and
+// choice j in the pieces before. Counted here, summed over the ranks holding the group.
+std::vector<int64_t> places_before(const GroupPieces& pieces, const std::vector<int64_t>& choice,
+                                   int64_t groups, int64_t per_group, int64_t k, int64_t experts) {
+  const int64_t count = pieces.count, held = int64_t(pieces.held.size());
+  const int64_t piece_len = per_group / held;
+  std::vector<int64_t> counts(size_t(groups * k * count * experts), 0);  // (g, j, piece, e)
+  for (int64_t t = 0; t < groups * per_group; ++t) {
+    const int64_t g = t / per_group, p = pieces.held[size_t(t % per_group / piece_len)];
+    for (int64_t j = 0; j < k; ++j)
+      ++counts[size_t(((g * k + j) * count + p) * experts + choice[size_t(t * k + j)])];
+  }
+  counts = pieces.sum(counts);
+  RG_CHECK(counts.size() == size_t(groups * k * count * experts), "route_tokens",
+           "expected the pieces' sum to keep its ", groups * k * count * experts, " counts, got ",
+           counts.size());
+  std::vector<int64_t> start(size_t(groups * k * held * experts), 0);  // (g, j, h, e)
+  std::vector<int64_t> before(static_cast<size_t>(count));
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t e = 0; e < experts; ++e) {
+      int64_t taken = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        for (int64_t p = 0; p < count; ++p) {
+          before[size_t(p)] = taken;
+          taken += counts[size_t(((g * k + j) * count + p) * experts + e)];
+        }
+        for (int64_t h = 0; h < held; ++h)
+          start[size_t(((g * k + j) * held + h) * experts + e)] =
+              before[size_t(pieces.held[size_t(h)])];
+      }
+    }
+  return start;
+}
+
+}  // namespace
+
 Routing route_tokens(const std::vector<double>& scores, int64_t tokens, int64_t experts,
-                     int64_t top_k, int64_t groups, double capacity_factor) {
+                     int64_t top_k, int64_t groups, double capacity_factor,
+                     const GroupPieces* pieces) {
   RG_CHECK(experts >= 1 && top_k >= 1 && top_k <= experts, "route_tokens",
            "expected 1 <= top_k <= experts, got top_k = ", top_k, " of ", experts);
   RG_CHECK(int64_t(scores.size()) == tokens * experts, "route_tokens", "expected ",
@@ -87,14 +127,39 @@ Routing route_tokens(const std::vector<double>& scores, int64_t tokens, int64_t 
                       [s](int64_t a, int64_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
     std::copy(order.begin(), order.begin() + k, r.choice.begin() + t * k);
   }
+  // A group over several ranks: its pieces here, each piece_len tokens long.
+  int64_t held = 1, piece_len = per_group, group_tokens = per_group;
+  if (pieces) {
+    held = int64_t(pieces->held.size());
+    RG_CHECK(held >= 1 && held <= pieces->count && per_group % held == 0 && pieces->sum,
+             "route_tokens", "expected 1 to ", pieces->count,
+             " pieces of each group here, dividing its ", per_group,
+             " tokens, and a sum over the ranks; got ", held, " pieces",
+             pieces->sum ? "" : " and no sum");
+    std::vector<int64_t> sorted = pieces->held;
+    std::sort(sorted.begin(), sorted.end());
+    RG_CHECK(sorted.front() >= 0 && sorted.back() < pieces->count &&
+                 std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+             "route_tokens", "expected distinct pieces in [0, ", pieces->count, "), got ",
+             shape_str(pieces->held));
+    piece_len = per_group / held;
+    group_tokens = piece_len * pieces->count;
+  }
   // Places, group by group: first choices first, then seconds, …; in token order within.
-  const int64_t capacity = expert_capacity(capacity_factor, per_group, k, experts);
+  const int64_t capacity = expert_capacity(capacity_factor, group_tokens, k, experts);
+  const std::vector<int64_t> start =
+      pieces && capacity > 0 ? places_before(*pieces, r.choice, groups, per_group, k, experts)
+                             : std::vector<int64_t>{};
   std::vector<char> kept(size_t(tokens * k), 1);
   r.chosen.assign(size_t(groups * experts), 0);
   for (int64_t g = 0; g < groups; ++g) {
     std::vector<int64_t> taken(size_t(experts), 0);
     for (int64_t j = 0; j < k; ++j)
       for (int64_t t = g * per_group; t < (g + 1) * per_group; ++t) {
+        if (!start.empty() && (t - g * per_group) % piece_len == 0) {  // a piece begins
+          const int64_t h = (t - g * per_group) / piece_len;
+          std::copy_n(start.begin() + ((g * k + j) * held + h) * experts, experts, taken.begin());
+        }
         const int64_t a = t * k + j, e = r.choice[size_t(a)];
         ++r.chosen[size_t(g * experts + e)];
         if (capacity > 0 && taken[size_t(e)] >= capacity) {
@@ -205,9 +270,10 @@ MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
   const int64_t N = x.numel() / dim_;
   RG_CHECK(groups >= 1 && N % groups == 0, "MoE", "expected the ", N, " tokens to split into ",
            groups, " equal groups");
-  RG_CHECK(!group_sum || options_.capacity_factor == 0, "MoE",
+  RG_CHECK(!group_sum || options_.capacity_factor == 0 || !group_pieces_held.empty(), "MoE",
            "expected capacity_factor 0 (dropless) where a routing group's tokens lie on several "
-           "ranks (group_sum is set): which tokens to drop needs the whole group's order; got ",
+           "ranks (group_sum is set) without group_piece_count and group_pieces_held: which "
+           "tokens to drop needs the whole group's order; got ",
            options_.capacity_factor);
   const Tensor tokens = x.reshape({N, dim_});
   const Tensor logits = router(tokens);  // (N, E)
@@ -217,8 +283,23 @@ MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
   // The decision, on the host: which expert each token goes to, and which are dropped.
   const Tensor host = scores.detach().to(Device::cpu()).to(kFloat64).contiguous();
   const double* s = host.data_ptr<double>();
-  const Routing r =
-      route_tokens(std::vector<double>(s, s + N * E), N, E, k, groups, options_.capacity_factor);
+  GroupPieces pieces;  // a group over several ranks: places in the whole group's order
+  if (group_sum && !group_pieces_held.empty()) {
+    pieces.count = group_piece_count;
+    pieces.held = group_pieces_held;
+    pieces.sum = [&](const std::vector<int64_t>& counts) {
+      NoGradGuard no_grad;
+      const std::vector<double> d(counts.begin(), counts.end());  // exact below 2^53
+      const Tensor sum = group_sum(from_vector<double>(d, {int64_t(d.size())}).to(x.device()))
+                             .to(Device::cpu())
+                             .contiguous();
+      std::vector<int64_t> out(counts.size());
+      for (size_t i = 0; i < out.size(); ++i) out[i] = std::llround(sum.data_ptr<double>()[i]);
+      return out;
+    };
+  }
+  const Routing r = route_tokens(std::vector<double>(s, s + N * E), N, E, k, groups,
+                                 options_.capacity_factor, pieces.sum ? &pieces : nullptr);
   const auto index = [&](const std::vector<int64_t>& v, Shape shape) {
     return from_vector<int64_t>(v, std::move(shape)).to(x.device());
   };
@@ -240,7 +321,7 @@ MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
   if (shared) y = y + (*shared)(tokens);
 
   // The losses: balance per group, E·Σ_e f_e·P_e, averaged over groups; the z-loss. A group
-  // spread over ranks (group_sum) counts its choices and scores over all of them.
+  // spread over ranks (group_sum) counts its choices, scores and z over all of them.
   std::vector<double> chosen(r.chosen.begin(), r.chosen.end());
   Tensor counts = from_vector<double>(chosen, {groups, E}).to(x.device());
   Tensor score_sum = scores.reshape({groups, N / groups, E}).sum(1);  // (G, E)
@@ -258,7 +339,9 @@ MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
   const Tensor mean_score = score_sum / group_tokens;                                // P
   const Tensor balance = (mean_score * fraction).sum() * (double(E) / double(groups));
   const Tensor lse = logsumexp(logits, {-1});
-  const Tensor z = (lse * lse).mean();
+  Tensor z = (lse * lse).mean();  // over every rank's tokens where the groups are spread
+  if (group_sum)
+    z = group_sum((lse * lse).sum().reshape({1})).sum() / (group_tokens * double(groups));
   Tensor aux = balance * options_.aux_loss_coef;
   if (options_.z_loss_coef > 0) aux = aux + z * options_.z_loss_coef;
 

@@ -15,7 +15,8 @@
 //              group's n tokens (Switch, GShard). Tokens claim places first choices first,
 //              then second choices, …; within a choice, in token order. An assignment that
 //              finds its expert full is dropped: it adds nothing (the block's residual
-//              carries the token). c = 0: dropless, every assignment kept.
+//              carries the token). c = 0: dropless, every assignment kept. A group spread
+//              over ranks (group_sum, group_pieces_held) drops the same assignments.
 //   experts    tokens sorted by expert, one GEMM pair per expert over all its rows (not a
 //              loop over tokens); outputs weighted by their gates and added back per token.
 //              An expert no token chose runs on no rows: its gradient is zero, not absent,
@@ -86,11 +87,27 @@ struct Routing {
   int64_t dropped = 0;          // assignments dropped for capacity
 };
 
+// Where each routing group's tokens lie on several ranks (context parallelism cuts a
+// sequence into pieces), what capacity needs to give places in the whole group's order:
+// the group is cut into `count` equal pieces in token order, this rank holds pieces `held`
+// (their indices, in the order its tokens of each group lie), and `sum` adds a vector
+// elementwise over the ranks that hold the group (every rank gets the sum). Each rank then
+// learns how many places the pieces before its own took, choice by choice.
+struct GroupPieces {
+  int64_t count = 0;
+  std::vector<int64_t> held;
+  std::function<std::vector<int64_t>(const std::vector<int64_t>&)> sum;
+};
+
 // Top-k of each token's scores (tokens × experts, row-major), capacity per group of
 // tokens/groups consecutive tokens (capacity_factor 0: none). Deterministic: ties go to the
-// lower expert index, places to earlier choices, then earlier tokens.
+// lower expert index, places to earlier choices, then earlier tokens. With `pieces` the
+// tokens here are this rank's pieces of each group: capacity is the whole group's, and
+// places go as they would with the whole group here (a collective over pieces->sum when
+// there is a capacity).
 Routing route_tokens(const std::vector<double>& scores, int64_t tokens, int64_t experts,
-                     int64_t top_k, int64_t groups, double capacity_factor);
+                     int64_t top_k, int64_t groups, double capacity_factor,
+                     const GroupPieces* pieces = nullptr);
 // ceil(capacity_factor · tokens · top_k / experts) for a group of `tokens`; 0 for dropless.
 int64_t expert_capacity(double capacity_factor, int64_t tokens, int64_t top_k, int64_t experts);
 
@@ -130,10 +147,16 @@ class MoE : public Module {
 
   // Where each routing group's tokens lie on several ranks (context parallelism: a
   // sequence's shards), the sum over those ranks — forward the sum, backward the sum of the
-  // ranks' gradients (parallel::sum_over_ranks) — so that the load statistics and the
-  // balance loss are the whole group's. Null: each group is here whole. Only dropless
-  // routing then (capacity needs the group's order).
+  // ranks' gradients (parallel::sum_over_ranks) — so that the load statistics, the balance
+  // loss and the z-loss are the whole group's. (Where those ranks' losses are one loss
+  // computed alike, as sequence parallelism's tp ranks compute theirs, the backward is the
+  // gradient as it is: parallel::reduce_from_tp_region.) Null: each group is here whole.
   std::function<Tensor(const Tensor&)> group_sum;
+  // With group_sum and a capacity: how a group lies over those ranks (GroupPieces' count
+  // and held), so that the same tokens are dropped as with the whole group in one place.
+  // Without them such routing must be dropless.
+  int64_t group_piece_count = 0;
+  std::vector<int64_t> group_pieces_held;
 
   Linear router;
   // The experts this module computes, named by their global index ("experts.3.fc.weight"):

@@ -19,8 +19,8 @@
 # (in the same layout: the same bytes as never stopping). Then a Mixture of Experts run in one
 # process against ddp, zero2, fsdp, expert parallelism (ep 2 at world 2 and 4, with
 # accumulation, and with tp 2, pp 2, cp 2, pp 2 x cp 2 at world 8, and all five dimensions
-# at world 16), recomputation, tp 2
-# and pp 2 x tp 2, cp 2 (dropless), and through checkpoints (fsdp saves
+# at world 16 with sequence parallelism), recomputation, tp 2 (with and without sequence
+# parallelism) and pp 2 x tp 2, cp 2 (with capacity, and dropless), and through checkpoints (fsdp saves
 # at step 10, ddp and ep 2 resume; ep 2 saves, one process resumes).
 # ctest runs it as example_gpt_strategies_2.
 set -euo pipefail
@@ -148,24 +148,30 @@ done
 close "experts, ep 2" "$moe_reference" "$(losses "${moe[@]}" --ep 2)" || status=1
 close "experts, ep 2, accumulation 2" "$moe_reference" "$(losses "${moe[@]}" --ep 2 --batch-size 2 --grad-accum 2)" || status=1
 close "experts, recompute full" "$moe_reference" "$(losses "${moe[@]}" --recompute full)" || status=1
-# Context parallelism cuts each sequence over 2 ranks: dropless only, the statistics summed.
+# Context parallelism cuts each sequence over 2 ranks: the statistics are summed over them,
+# and capacity gives places in the whole sequence's order (the same tokens dropped).
+close "experts, fsdp, cp 2" "$moe_reference" \
+  "$(losses "${moe[@]}" --strategy fsdp --dp 1 --cp 2 --batch-size 8)" || status=1
 dropless=(--experts 4 --experts-per-token 2 --shared-experts 1 --moe-every 2)
 dropless_reference=$(losses -n 1 "${dropless[@]}" --batch-size 8)
-close "experts dropless, fsdp, cp 2" "$dropless_reference" \
-  "$(losses "${dropless[@]}" --strategy fsdp --dp 1 --cp 2 --batch-size 8)" || status=1
 close "experts dropless, ep 2 x cp 2 (world 4)" "$dropless_reference" \
   "$(losses -n 4 "${dropless[@]}" --dp 2 --cp 2 --ep 2 --batch-size 4)" || status=1
-close "experts dropless, dp 2 (ep 2) x pp 2 x cp 2 (world 8)" "$dropless_reference" \
-  "$(losses -n 8 "${dropless[@]}" --dp 2 --pp 2 --cp 2 --ep 2 --batch-size 4 --micro-batches 2)" || status=1
-# All five dimensions at once: dp 2 (the experts split over it), pp 2, cp 2, tp 2.
-close "experts dropless, 5D (world 16)" "$dropless_reference" \
-  "$(losses -n 16 "${dropless[@]}" --dp 2 --pp 2 --cp 2 --tp 2 --ep 2 --batch-size 4 --micro-batches 2)" || status=1
+close "experts, dp 2 (ep 2) x pp 2 x cp 2 (world 8)" "$moe_reference" \
+  "$(losses -n 8 "${moe[@]}" --dp 2 --pp 2 --cp 2 --ep 2 --batch-size 4 --micro-batches 2)" || status=1
+# All five dimensions at once: dp 2 (the experts split over it), pp 2, cp 2, tp 2 with
+# sequence parallelism (each tp rank routes its quarter of a sequence).
+close "experts, 5D, sp (world 16)" "$moe_reference" \
+  "$(losses -n 16 "${moe[@]}" --dp 2 --pp 2 --cp 2 --tp 2 --ep 2 --batch-size 4 --micro-batches 2 \
+     --sequence-parallel)" || status=1
 close "experts, tp 2" "$moe_reference" "$(losses "${moe[@]}" --dp 1 --tp 2 --batch-size 8)" || status=1
+close "experts, sp tp 2" "$moe_reference" "$(losses "${moe[@]}" --dp 1 --tp 2 --batch-size 8 --sequence-parallel)" || status=1
 close "experts, pp 2 x tp 2 (world 4)" "$moe_reference" \
   "$(losses -n 4 "${moe[@]}" --dp 1 --pp 2 --tp 2 --batch-size 8 --micro-batches 4)" || status=1
 close "experts, dp 4 with ep 2" "$moe_reference" "$(losses -n 4 "${moe[@]}" --ep 2 --batch-size 2)" || status=1
 close "experts, dp 2 x ep 2 x tp 2 (world 4)" "$moe_reference" \
   "$(losses -n 4 "${moe[@]}" --dp 2 --tp 2 --ep 2 --batch-size 4)" || status=1
+close "experts, sp dp 2 x ep 2 x tp 2 (world 4)" "$moe_reference" \
+  "$(losses -n 4 "${moe[@]}" --dp 2 --tp 2 --ep 2 --batch-size 4 --sequence-parallel)" || status=1
 close "experts, dp 2 x ep 2 x pp 2 (world 4)" "$moe_reference" \
   "$(losses -n 4 "${moe[@]}" --dp 2 --pp 2 --ep 2 --batch-size 4 --micro-batches 2)" || status=1
 "$rgrun" -n 2 "$gpt" "${small[@]}" "${moe[@]}" --strategy fsdp --save "$dir/moe-ckpt" --max-steps 10 \

@@ -74,6 +74,48 @@ TEST_CASE("moe routing: capacity places first choices before second ones, per gr
   CHECK(nn::route_tokens(s, 4, 2, 2, 2, 0.0).dropped == 0);
 }
 
+TEST_CASE("moe routing: a group in pieces on two ranks drops what the whole group drops") {
+  // The test above's 4 tokens as 4 pieces of one, zigzag on two ranks: rank 0 holds tokens
+  // 0 and 3, rank 1 tokens 1 and 2. The whole group keeps assignments 0, 2, 1, 6.
+  const std::vector<double> s0 = {0.9, 0.1, 0.4, 0.6}, s1 = {0.8, 0.2, 0.7, 0.3};
+  V counts0, counts1;  // each rank's counts, then the sum both get
+  nn::GroupPieces p0{4, {0, 3}, [&](const V& c) { return counts0 = c; }};
+  nn::GroupPieces p1{4, {1, 2}, [&](const V& c) { return counts1 = c; }};
+  nn::route_tokens(s0, 2, 2, 2, 1, 0.5, &p0);
+  nn::route_tokens(s1, 2, 2, 2, 1, 0.5, &p1);
+  REQUIRE(counts0.size() == counts1.size());
+  V sum(counts0.size());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = counts0[i] + counts1[i];
+  p0.sum = p1.sum = [&](const V&) { return sum; };
+  nn::Routing r0 = nn::route_tokens(s0, 2, 2, 2, 1, 0.5, &p0);
+  nn::Routing r1 = nn::route_tokens(s1, 2, 2, 2, 1, 0.5, &p1);
+  // Rank 0: token 0's both choices and token 3's first (local assignments 0, 1, 2).
+  CHECK(r0.rows_per_expert == V{1, 2});
+  CHECK(r0.assignment_of_row == V{0, 1, 2});
+  CHECK(r0.dropped == 1);
+  // Rank 1: token 1's first choice only; expert 0 is full before token 2 reaches it.
+  CHECK(r1.rows_per_expert == V{1, 0});
+  CHECK(r1.assignment_of_row == V{0});
+  CHECK(r1.dropped == 3);
+  // Without a capacity no counts are exchanged; bad pieces are errors that name them.
+  bool summed = false;
+  p0.sum = [&](const V&) {
+    summed = true;
+    return sum;
+  };
+  nn::route_tokens(s0, 2, 2, 2, 1, 0.5, &p0);
+  CHECK(summed);
+  summed = false;
+  CHECK(nn::route_tokens(s0, 2, 2, 2, 1, 0.0, &p0).dropped == 0);
+  CHECK_FALSE(summed);
+  nn::GroupPieces twice{4, {1, 1}, p0.sum}, outside{4, {0, 4}, p0.sum}, none{4, {0, 3}, {}};
+  CHECK_THROWS_WITH(nn::route_tokens(s0, 2, 2, 2, 1, 0.5, &twice),
+                    doctest::Contains("expected distinct pieces in [0, 4), got [1, 1]"));
+  CHECK_THROWS_WITH(nn::route_tokens(s0, 2, 2, 2, 1, 0.5, &outside),
+                    doctest::Contains("expected distinct pieces in [0, 4), got [0, 4]"));
+  CHECK_THROWS_WITH(nn::route_tokens(s0, 2, 2, 2, 1, 0.5, &none), doctest::Contains("and no sum"));
+}
+
 TEST_CASE("moe: one expert with k = 1 is the plain MLP") {
   rg::manual_seed(3);
   nn::MoE moe(6, {.num_experts = 1, .top_k = 1, .hidden = 10});

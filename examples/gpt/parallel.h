@@ -23,7 +23,9 @@ namespace par = ringgrad::parallel;
 // heads (and grouped-query K/V heads, rotated at the GPT's positions under rope), the GELU
 // MLP's or SwiGLU's hidden units; the norms whole on every rank (LayerNorm or RMSNorm).
 // An MoE block keeps its MoE whole on every tp rank (the plain block's own layer): its
-// input, after attention's all-reduce, is the same on each, so each computes it alike.
+// input, after attention's all-reduce, is the same on each, so each computes it alike
+// (under sequence parallelism each routes its own positions: the MoE's group_sum and
+// pieces, set by gpt.cpp, make the routing the whole sequence's).
 // Sequence parallelism (Megatron's, --sequence-parallel): the block's input and output are
 // this rank's 1/t of the positions, (b, T/t, E); the norms and residual adds run on them, each
 // split layer all-gathers the positions before it and reduce-scatters its partial sums after
@@ -36,8 +38,6 @@ class ParallelBlock : public rg::nn::Module {
         attn(plain.attn, tp, /*causal=*/true, sequence_parallel), moe(plain.moe), recompute(plain.recompute),
         aux_scale(plain.aux_scale), sequence_parallel(sequence_parallel), positions_(plain.rope_positions()),
         tp_size_(tp.size()) {
-    RG_CHECK(!(sequence_parallel && plain.moe), "gpt", "expected no MoE block under sequence parallelism "
-             "(its routing statistics need every position of a sequence on each tp rank)");
     register_module("ln1", ln1);
     register_module("attn", attn);
     register_module("ln2", ln2);
@@ -71,10 +71,12 @@ class ParallelBlock : public rg::nn::Module {
         });
   }
   // The parameters every tp rank holds whole but, under sequence parallelism, applies to its
-  // own positions only: the norms and the row-parallel layers' biases.
+  // own positions only: the norms, the row-parallel layers' biases, an MoE's every parameter.
   std::vector<rg::Tensor> sequence_parallel_parameters() {
     std::vector<rg::Tensor> out = ln1->parameters();
     for (const rg::Tensor& p : ln2->parameters()) out.push_back(p);
+    if (moe)
+      for (const rg::Tensor& p : moe->parameters()) out.push_back(p);
     for (const rg::Tensor& b : {attn.out_proj.bias, proj ? proj->bias : rg::Tensor(), mlp ? mlp->w2.bias : rg::Tensor()})
       if (b.defined()) out.push_back(b);
     return out;

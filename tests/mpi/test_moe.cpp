@@ -9,7 +9,8 @@
 // gradients, and three AdamW steps of one process running the whole MoE on the whole batch
 // (routing groups = N), in float64 within 1e-12; the same tokens are dropped. And the
 // whole layer's state gathered back from the ep ranks (full_state_dict). And routing groups
-// split over the ranks (as context parallelism splits sequences: nn::MoE::group_sum).
+// split over the ranks (as context parallelism splits sequences: nn::MoE::group_sum), in
+// contiguous and zigzag pieces, with capacity dropping off and on (nn::GroupPieces).
 // Prints "rank R/N: P passed, F failed" per rank (checks.h); exits non-zero on a failure.
 #include <ringgrad/parallel/device_mesh.h>
 #include <ringgrad/parallel/expert_parallel.h>
@@ -174,14 +175,18 @@ void run(par::Communicator& world, Layout lay) {
   if (rank == 0) std::printf("N=%d %-28s max |ep - one process| = %.3g\n", N, tag.c_str(), params);
 }
 
-// Routing groups split over the ranks, as context parallelism splits a sequence: rank r
-// holds tokens [r·n/N, (r+1)·n/N) of each of G sequences; with group_sum (sum_over_ranks)
-// the load statistics and the balance loss are each whole sequence's, and the ranks'
-// averaged gradients are one process's on whole sequences (dropless).
-void run_split_groups(par::Communicator& world) {
-  constexpr int64_t dim = 4, G = 3, n = 12;  // n divisible by 1, 2, 3, 4 ranks
-  const int64_t part = n / N;
-  nn::MoEOptions o = options(0.0);
+// Routing groups split over the ranks, as context parallelism splits a sequence: each of
+// G sequences cut into pieces, rank r holding piece r of N (contiguous) or pieces r and
+// 2N−1−r of 2N (zigzag, as the GPT's --cp cuts). With group_sum (sum_over_ranks) the load
+// statistics and the balance loss are each whole sequence's, with the pieces (GroupPieces)
+// capacity drops the assignments one process drops, and the ranks' averaged gradients are
+// one process's on whole sequences.
+void run_split_groups(par::Communicator& world, bool zigzag, double capacity) {
+  constexpr int64_t dim = 4, G = 3, n = 24;  // n divisible by 2N pieces for N = 1–4
+  const int64_t count = zigzag ? 2 * N : N, piece = n / count;
+  const std::vector<int64_t> held =
+      zigzag ? std::vector<int64_t>{rank, 2 * N - 1 - rank} : std::vector<int64_t>{rank};
+  nn::MoEOptions o = options(capacity);
   rg::manual_seed(9);
   nn::MoE reference(dim, o);
   reference.to(rg::kFloat64);
@@ -189,38 +194,61 @@ void run_split_groups(par::Communicator& world) {
   nn::MoE moe(dim, o);
   moe.to(rg::kFloat64);
   moe.group_sum = [&world](const rg::Tensor& t) { return par::sum_over_ranks(t, world); };
+  if (capacity > 0) moe.group_piece_count = count, moe.group_pieces_held = held;
   rg::Tensor x = rg::randn({G, n, dim}, {.dtype = rg::kFloat64});
   rg::Tensor target = rg::randn({G, n, dim}, {.dtype = rg::kFloat64});
+  const auto mine_of = [&](const rg::Tensor& whole) {  // this rank's pieces of each sequence
+    std::vector<rg::Tensor> parts;
+    for (int64_t p : held) parts.push_back(whole.narrow(1, p * piece, piece));
+    return rg::cat(parts, 1).contiguous();
+  };
+  const int64_t part = piece * int64_t(held.size());
 
   rg::Tensor xa = x.clone().requires_grad_();
   nn::MoEOutput all = reference.forward_moe(xa.reshape({G * n, dim}), G);
   (rg::nn::mse_loss(all.output, target.reshape({G * n, dim})) + all.aux_loss).backward();
   const double ref_balance = reference.stats().balance;
 
-  rg::Tensor xr = x.narrow(1, rank * part, part).contiguous().requires_grad_();
+  rg::Tensor xr = mine_of(x).requires_grad_();
   nn::MoEOutput mine = moe.forward_moe(xr.reshape({G * part, dim}), G);
-  rg::Tensor t = target.narrow(1, rank * part, part).contiguous().reshape({G * part, dim});
+  rg::Tensor t = mine_of(target).reshape({G * part, dim});
   (rg::nn::mse_loss(mine.output, t) + mine.aux_loss).backward();
   par::all_reduce_grads(moe.parameters(), world, par::Reduce::Avg);
 
-  const std::string tag = "groups split over " + std::to_string(N) + " ranks";
+  char what[96];
+  std::snprintf(what, sizeof what, "groups in %s pieces over %d ranks, capacity %g",
+                zigzag ? "zigzag" : "contiguous", N, capacity);
+  const std::string tag = what;
+  rg::Tensor dropped = rg::full({1}, double(moe.stats().dropped), {.dtype = rg::kFloat64});
+  world.all_reduce(dropped, par::Reduce::Sum);
+  check(int64_t(dropped.item()) == reference.stats().dropped &&
+            (capacity == 0) == (reference.stats().dropped == 0),
+        tag + ": the ranks drop as many as one process (" + std::to_string(dropped.item()) +
+            " vs " + std::to_string(reference.stats().dropped) +
+            "), some when there is a capacity");
   check(std::abs(moe.stats().balance - ref_balance) <= 1e-12,
         tag + ": the balance loss is the whole sequences' (" + std::to_string(moe.stats().balance) +
             " vs " + std::to_string(ref_balance) + ")");
-  const double out = max_diff(mine.output.reshape({G, part, dim}),
-                              all.output.reshape({G, n, dim}).narrow(1, rank * part, part));
-  check(out <= 1e-12, tag + ": outputs = one process's");
+  const double out =
+      max_diff(mine.output.reshape({G, part, dim}), mine_of(all.output.reshape({G, n, dim})));
+  check(out <= 1e-12, tag + ": outputs = one process's (the same assignments dropped)");
   double grads = 0;
   auto mp = moe.parameters(), rp = reference.parameters();
   for (size_t i = 0; i < mp.size(); ++i) grads = std::max(grads, max_diff(mp[i].grad(), rp[i].grad()));
   check(grads <= 1e-12, tag + ": averaged gradients = one process's (" + std::to_string(grads) + ")");
-  const double dx = max_diff(xr.grad() * (1.0 / N), xa.grad().narrow(1, rank * part, part));
+  const double dx = max_diff(xr.grad() * (1.0 / N), mine_of(xa.grad()));
   check(dx <= 1e-12, tag + ": input gradients = one process's (" + std::to_string(dx) + ")");
-  nn::MoE dropping(dim, options(1.0));
-  dropping.group_sum = moe.group_sum;
-  mpi_test::check_error([&] { dropping.forward_moe(rg::zeros({G * part, dim}), G); },
-                        "expected capacity_factor 0 (dropless) where a routing group's tokens lie "
-                        "on several ranks", tag + ": capacity refused", rank);
+  if (capacity > 0) {  // without the pieces, capacity over split groups is refused
+    nn::MoE dropping(dim, o);
+    dropping.group_sum = moe.group_sum;
+    mpi_test::check_error(
+        [&] {
+          dropping.forward_moe(rg::zeros({G * part, dim}), G);
+        },
+        "expected capacity_factor 0 (dropless) where a routing group's tokens lie "
+        "on several ranks",
+        tag + ": capacity without pieces refused", rank);
+  }
 }
 
 }  // namespace
@@ -231,7 +259,8 @@ int main(int argc, char** argv) {
   N = world.size();
   return par::main_guard(world, [&] {
     check_rows(world.communicator());
-    run_split_groups(world.communicator());
+    for (bool zigzag : {false, true})
+      for (double capacity : {0.0, 1.0}) run_split_groups(world.communicator(), zigzag, capacity);
     for (int ep = 1; ep <= N; ++ep) {
       if (N % ep) continue;
       for (double capacity : {0.0, 1.0}) run(world.communicator(), {ep, capacity});
