@@ -80,8 +80,9 @@
 // under --precision fp16 the GradScaler's state, and the step reached, at the end and
 // every --save-every steps; --resume PATH continues from it under any strategy, layout
 // (--dp/--pp/--cp/--tp: gpt/stage_state.h puts the stages' slices together and cuts them
-// again) and world size, and under the same ones ends with the same bits as a run never
-// stopped (each step's batch is drawn from the seed and the step).
+// again; --ep: every expert gathered from its ep rank) and world size, and under the same
+// ones ends with the same bits as a run never stopped (each step's batch is drawn from the
+// seed and the step).
 // --max-steps N stops after step N (the schedule still spans --steps), to resume later.
 // --trace FILE.json writes a Chrome trace of one step: FSDP's all-gathers and
 // reduce-scatters, DDP's buckets or the ring's K/V transfers on each rank's comm track.
@@ -364,9 +365,6 @@ int main(int argc, char** argv) {
              "gpt", "expected --budget with --strategy ddp, --cp 1, --grad-accum 1 and --steps >= 2 "
              "(its formulas count those; chapters 2 and 5 count the others), got --strategy ", strategy,
              " --cp ", cp, " --grad-accum ", grad_accum, " --steps ", steps);
-    RG_CHECK((tp == 1 && pp == 1) || ep == 1 || (ckpt.save_path.empty() && ckpt.resume_path.empty()), "gpt",
-             "expected no --save or --resume with --ep and --tp or --pp above 1 (not yet: the experts are not "
-             "gathered across stages)");
     if (config.experts > 0) {
       RG_CHECK(config.experts_per_token <= config.experts, "gpt", "expected --experts-per-token at most --experts ",
                config.experts, ", got ", config.experts_per_token);
@@ -702,12 +700,8 @@ int main(int argc, char** argv) {
     if (!trainer.pipeline || !ckpt.save_path.empty()) {
       optim_state = trainer.optimizer_state(&optim_meta);
       model_state = trainer.model_state();
-    } else if (sample_length > 0 && !groups.ep) {
-      model_state = trainer.whole_from_stages();  // each stage's part, on pp rank 0
-    } else if (sample_length > 0 && pp == 1) {  // --ep: the tp slices, then every expert
-      model_state = trainer.with_every_expert(par::tp_full_state_dict(*trainer.stage));
-    } else if (world.is_main() && sample_length > 0) {
-      std::printf("sample: skipped with --pp and --ep above 1 (the experts are not gathered across stages)\n");
+    } else if (sample_length > 0) {
+      model_state = trainer.whole_from_stages();  // each stage's part (every expert), on pp rank 0
     }
     if (!ckpt.save_path.empty()) {
       write(std::max(end, start_step), model_state, optim_state, optim_meta);

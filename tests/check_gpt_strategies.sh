@@ -21,7 +21,8 @@
 # accumulation, and with tp 2, pp 2, cp 2, pp 2 x cp 2 at world 8, and all five dimensions
 # at world 16 with sequence parallelism), recomputation, tp 2 (with and without sequence
 # parallelism) and pp 2 x tp 2, cp 2 (with capacity, and dropless), and through checkpoints (fsdp saves
-# at step 10, ddp and ep 2 resume; ep 2 saves, one process resumes).
+# at step 10, ddp, ep 2 and dp 2 x ep 2 x tp 2 resume; ep 2 and dp 2 x ep 2 x pp 2 save, one
+# process resumes; the latter resumed in its own layout ends with the same bytes).
 # ctest runs it as example_gpt_strategies_2.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 RGRUN GPT [ARGS...]" >&2; exit 2; }
@@ -182,5 +183,25 @@ close "experts, fsdp 10, ep 2 resumes" "$moe_reference" "$(losses "${moe[@]}" --
   > "$dir/moe-ep-save.log" 2>&1 || { cat "$dir/moe-ep-save.log" >&2; echo "FAILED: experts, ep 2 --save" >&2; exit 1; }
 close "experts, ep 2 10, one process resumes" "$moe_reference" \
   "$(losses -n 1 "${moe[@]}" --batch-size 8 --resume "$dir/moe-ep-ckpt")" || status=1
+# The experts split over ep beside pp and tp: the stages' experts gathered over their ep
+# groups into the one-file form, and cut again; in the same layout the uninterrupted run's
+# checkpoint, byte for byte.
+ep_pipe=(--dp 2 --pp 2 --ep 2 --batch-size 4 --micro-batches 2)
+"$rgrun" -n 4 "$gpt" "${small[@]}" "${moe[@]}" "${ep_pipe[@]}" --save "$dir/moe-ep-pp-half" --max-steps 10 \
+  > "$dir/moe-ep-pp.log" 2>&1 || { cat "$dir/moe-ep-pp.log" >&2; echo "FAILED: experts, ep 2 x pp 2 --save" >&2; exit 1; }
+close "experts, dp 2 x ep 2 x pp 2 10, one process resumes" "$moe_reference" \
+  "$(losses -n 1 "${moe[@]}" --batch-size 8 --resume "$dir/moe-ep-pp-half")" || status=1
+close "experts, fsdp 10, dp 2 x ep 2 x tp 2 resumes" "$moe_reference" \
+  "$(losses -n 4 "${moe[@]}" --dp 2 --tp 2 --ep 2 --batch-size 4 --resume "$dir/moe-ckpt")" || status=1
+"$rgrun" -n 4 "$gpt" "${small[@]}" "${moe[@]}" "${ep_pipe[@]}" --resume "$dir/moe-ep-pp-half" \
+  --save "$dir/moe-ep-pp-resumed" > "$dir/moe-ep-pp.log" 2>&1 &&
+  "$rgrun" -n 4 "$gpt" "${small[@]}" "${moe[@]}" "${ep_pipe[@]}" --save "$dir/moe-ep-pp-whole" \
+  > "$dir/moe-ep-pp.log" 2>&1 || { cat "$dir/moe-ep-pp.log" >&2; echo "FAILED: experts, ep 2 x pp 2 --resume" >&2; exit 1; }
+if cmp -s "$dir/moe-ep-pp-resumed" "$dir/moe-ep-pp-whole"; then
+  echo "experts, dp 2 x ep 2 x pp 2 10 + 10 steps  the uninterrupted run's checkpoint, byte for byte"
+else
+  echo "FAILED: experts, ep 2 x pp 2 resumed at step 10 ends with another checkpoint than 20 steps straight" >&2
+  status=1
+fi
 [ $status -eq 0 ] || echo "FAILED: a strategy's losses differ from DDP's" >&2
 exit $status

@@ -1,8 +1,8 @@
 // gpt/stage_state.h — the whole model's state from a (pp, tp) layout's stages, and back.
 //
-//   rg::NamedTensors model = gpt::whole_model(stage, gpt, groups, v);   // on pp rank 0
-//   rg::NamedTensors optim = gpt::whole_optimizer_state(stage, gpt, groups, adamw.state_dict(&m), m,
-//                                                       &meta, v);
+//   rg::NamedTensors model = gpt::whole_model(par::tp_full_state_dict(stage), gpt, groups, v);
+//   rg::NamedTensors optim = gpt::whole_optimizer_state(gpt::whole_buffers(stage, adamw.state_dict(&m)),
+//                                                       gpt, groups, m, &meta, v);  // on pp rank 0
 //   auto [state, local_meta] = gpt::load_stage(stage, gpt, model, optim, meta);  // every rank
 //   adamw.load_state_dict(state, local_meta);
 //
@@ -15,7 +15,10 @@
 // (tp_unshard, a collective over tp) and sends each whole tensor to pp rank 0; reading cuts
 // each rank's slices from the whole (tp_shard). The tied embedding has a copy on the last
 // stage whose gradient is summed with the first stage's every step: the two and their moments
-// stay equal, so the first stage's is written, and both read it.
+// stay equal, so the first stage's is written, and both read it. Under --ep a stage's MoE
+// blocks hold their ep rank's share of the experts: the trainer gathers every expert over the
+// ep group first (gpt/trainer.h), and the whole model's names list them all
+// (every_expert_named).
 #pragma once
 
 #include <ringgrad/parallel/tensor_parallel.h>
@@ -41,6 +44,36 @@ inline int stage_rank(const std::string& name, int64_t p, int64_t v, int64_t lay
   int64_t s = 0;
   while (Stage::first_block(s + 1, v * p, layers) <= b) ++s;
   return int(s % p);
+}
+
+// A rank's names (with a tensor of each one's shape) made the whole model's: where each MoE
+// block lists the experts of this rank's share (global indices, "blocks.3.moe.experts.2.…"),
+// all `experts` of them, each like the block's first expert here. Idempotent where every
+// expert is held.
+inline rg::NamedTensors every_expert_named(const rg::NamedTensors& local, int64_t experts) {
+  rg::NamedTensors out;
+  std::string block;  // the MoE block whose experts are written: "blocks.3.moe.experts."
+  for (const auto& [name, t] : local) {
+    const size_t at = name.find(".moe.experts.");
+    if (at == std::string::npos) {
+      out.emplace_back(name, t);
+      continue;
+    }
+    const size_t from = at + 13, dot = name.find('.', from);
+    if (name.substr(0, from) == block) continue;  // written with the block's first expert here
+    block = name.substr(0, from);
+    const std::string first = name.substr(0, dot + 1);  // "blocks.3.moe.experts.2."
+    for (int64_t e = 0; e < experts; ++e)
+      for (const auto& [other, q] : local)
+        if (other.rfind(first, 0) == 0)
+          out.emplace_back(block + std::to_string(e) + "." + other.substr(first.size()), q);
+  }
+  return out;
+}
+
+// Experts per MoE block (0 without experts).
+inline int64_t experts_per_block(const GPT& gpt) {
+  return gpt.moes.empty() ? 0 : gpt.moes.front()->options().num_experts;
 }
 
 // AdamW's moments are shaped like their parameter (cut over tp as it is); its step counter
@@ -83,13 +116,16 @@ inline std::vector<rg::NamedTensors> from_stages(
   return out;
 }
 
-// The whole GPT's state dict, on pp rank 0 (collectives over tp, then pp).
-inline rg::NamedTensors whole_model(Stage& stage, GPT& gpt, const Groups& g, int64_t v) {
+// The whole GPT's state dict, on pp rank 0, from each rank's stage state made whole over tp
+// (par::tp_full_state_dict; under --ep with every expert of its MoE blocks): collectives
+// over pp.
+inline rg::NamedTensors whole_model(const rg::NamedTensors& stage_state, GPT& gpt, const Groups& g, int64_t v) {
   std::map<std::string, rg::NamedTensors> held;
-  for (auto& [name, t] : par::tp_full_state_dict(stage)) held[name] = {{"", t}};
+  for (auto& [name, t] : stage_state) held[name] = {{"", t}};
   std::map<std::string, rg::Tensor> shapes;
   std::vector<std::string> names;
-  for (const auto& [name, t] : gpt.state_dict()) names.push_back(name), shapes[name] = t;
+  for (const auto& [name, t] : every_expert_named(gpt.state_dict(), experts_per_block(gpt)))
+    names.push_back(name), shapes[name] = t;
   auto like = [&](const std::string& name) {
     const rg::Tensor& t = shapes.at(name);
     return rg::NamedTensors{{"", rg::empty(t.shape(), {.dtype = t.dtype()})}};
@@ -126,27 +162,27 @@ inline std::map<std::string, rg::NamedTensors> whole_buffers(Stage& stage, const
   return held;
 }
 
-// AdamW's state as a plain AdamW over the whole GPT writes it, on pp rank 0, from `state`
-// and `local_meta`, a plain AdamW's over the stage's parameters; `meta` its metadata (every
-// rank). Nothing before the first step (no state yet, on any rank).
-inline rg::NamedTensors whole_optimizer_state(Stage& stage, GPT& gpt, const Groups& g,
-                                              const rg::NamedTensors& state,
+// AdamW's state as a plain AdamW over the whole GPT writes it, on pp rank 0, from `held`
+// (whole_buffers of a plain AdamW's state over the stage's parameters; under --ep with every
+// expert's) and `local_meta`, that AdamW's metadata; `meta` the whole one's (every rank).
+// Nothing before the first step (no state yet, on any rank).
+inline rg::NamedTensors whole_optimizer_state(const std::map<std::string, rg::NamedTensors>& held, GPT& gpt,
+                                              const Groups& g,
                                               const std::map<std::string, std::string>& local_meta,
                                               std::map<std::string, std::string>* meta, int64_t v) {
-  const std::map<std::string, rg::NamedTensors> held = whole_buffers(stage, state);
-  const rg::NamedTensors whole_params = gpt.named_parameters();
+  const rg::NamedTensors whole_params = every_expert_named(gpt.named_parameters(), experts_per_block(gpt));
   if (meta) {
     *meta = local_meta;
     (*meta)["group.0.size"] = std::to_string(whole_params.size());
   }
   if (held.empty()) return {};
-  // What a parameter's state holds, from this rank's first: a buffer shaped like its
-  // parameter takes the whole parameter's shape, the others (the step) their own.
-  const std::string first_name = stage.named_parameters().front().first;
+  // What a parameter's state holds, from one held here: a buffer shaped like its parameter
+  // takes the whole parameter's shape, the others (the step) their own.
+  const rg::NamedTensors& template_buffers = held.begin()->second;
   std::map<std::string, rg::Tensor> shapes(whole_params.begin(), whole_params.end());
   auto like = [&](const std::string& name) {
     rg::NamedTensors out;
-    for (const auto& [buffer, t] : held.at(first_name))
+    for (const auto& [buffer, t] : template_buffers)
       out.emplace_back(buffer,
                        rg::empty(shaped_like_parameter(t) ? shapes.at(name).shape() : t.shape(),
                                  {.dtype = t.dtype()}));
@@ -179,7 +215,8 @@ inline std::pair<rg::NamedTensors, std::map<std::string, std::string>> load_stag
     if (wanted.count(name)) mine.emplace_back(name, t);
   par::tp_load_full_state_dict(stage, mine);  // (names what is missing)
   std::vector<std::string> whole_names;
-  for (const auto& [name, p] : gpt.named_parameters()) whole_names.push_back(name);
+  for (const auto& [name, p] : every_expert_named(gpt.named_parameters(), experts_per_block(gpt)))
+    whole_names.push_back(name);
   rg::NamedTensors state;
   for (const auto& [key, t] : optim_state) {
     const auto k = rg::optim::parse_state_key(key);

@@ -334,20 +334,19 @@ struct Trainer {
     return comm.rank() == 0 ? model.state_dict() : rg::NamedTensors{};
   }
   // --tp/--pp: the whole model's state on pp rank 0 of the first replica (world rank 0
-  // samples from it and writes it), gpt/stage_state.h: collectives over that replica's
-  // (pp, tp) ranks, which the other replicas, holding the same model, skip.
+  // samples from it and writes it), gpt/stage_state.h: collectives over each replica's
+  // (pp, tp) ranks, and under --ep over every ep group (its ranks hold the other experts).
   rg::NamedTensors whole_from_stages() {
-    return comm.rank() == 0 ? whole_model(*stage, model, *groups, virtual_stages) : rg::NamedTensors{};
+    rg::NamedTensors mine = par::tp_full_state_dict(*stage);
+    if (groups->ep) mine = with_every_expert(mine);
+    return comm.rank() == 0 ? whole_model(mine, model, *groups, virtual_stages) : rg::NamedTensors{};
   }
-  // A model's state (this rank's, or its tp slices put together) with each MoE block's
-  // experts gathered from the ranks of its ep group (a collective over every ep group): the
-  // whole model's names and order.
+  // A model's state (this rank's, or its stage's, tp slices put together) with each MoE
+  // block's experts gathered from the ranks of its ep group (a collective over every ep
+  // group): the whole model's names and order.
   rg::NamedTensors with_every_expert(const rg::NamedTensors& state) {
-    std::vector<rg::NamedTensors> full;  // per MoE block, in block order
-    for (const auto& moe : model.moes) full.push_back(static_cast<par::ExpertParallelMoE&>(*moe).full_state_dict());
     rg::NamedTensors whole;
     std::string block;  // the MoE block being replaced: "blocks.3.moe."
-    size_t next = 0;
     for (const auto& [name, t] : state) {
       const size_t at = name.find(".moe.");
       if (at == std::string::npos) {
@@ -357,7 +356,9 @@ struct Trainer {
       const std::string prefix = name.substr(0, at + 5);
       if (prefix == block) continue;  // already put in whole
       block = prefix;
-      for (const auto& [inner, value] : full.at(next++)) whole.emplace_back(prefix + inner, value);
+      const int64_t b = std::stoll(name.substr(7, at - 7));  // "blocks.<b>.moe."
+      auto& moe = static_cast<par::ExpertParallelMoE&>(*dynamic_cast<Block&>((*model.blocks)[size_t(b)]).moe);
+      for (const auto& [inner, value] : moe.full_state_dict()) whole.emplace_back(prefix + inner, value);
     }
     return whole;
   }
@@ -365,7 +366,13 @@ struct Trainer {
     if (pipeline) {  // the first replica's (pp, tp) ranks put it together, as whole_from_stages
       std::map<std::string, std::string> local_meta;  // zero1: first gathered over (dp, cp)
       const rg::NamedTensors local = zero ? zero->consolidate_state_dict(&local_meta, 0) : adamw->state_dict(&local_meta);
-      return comm.rank() == 0 ? whole_optimizer_state(*stage, model, *groups, local, local_meta, meta, virtual_stages)
+      if (!groups->ep)
+        return comm.rank() == 0 ? whole_optimizer_state(whole_buffers(*stage, local), model, *groups, local_meta,
+                                                        meta, virtual_stages)
+                                : rg::NamedTensors{};
+      // --ep (ddp): every rank's stage state made whole over tp, with every expert's
+      const auto held = with_every_experts_buffers(whole_buffers(*stage, local), stage->named_parameters());
+      return comm.rank() == 0 ? whole_optimizer_state(held, model, *groups, local_meta, meta, virtual_stages)
                               : rg::NamedTensors{};
     }
     if (zero) return zero->consolidate_state_dict(meta, 0);
@@ -382,61 +389,55 @@ struct Trainer {
   rg::NamedTensors with_every_experts_state(std::map<std::string, std::string>* meta) {
     std::map<std::string, std::string> local_meta;
     const rg::NamedTensors local = adamw->state_dict(&local_meta);
-    std::map<size_t, rg::NamedTensors> by_index;  // this rank's state, by its parameter index
+    const rg::NamedTensors params = model.named_parameters();
+    std::map<std::string, rg::NamedTensors> held;  // this rank's state, by its parameter's name
     for (const auto& [key, t] : local) {
       const auto k = rg::optim::parse_state_key(key);
-      by_index[k->index].emplace_back(k->name, t);
+      held[params.at(k->index).first].emplace_back(k->name, t);
     }
-    std::map<std::string, size_t> index_of;  // this rank's parameters
-    for (const auto& [name, p] : model.named_parameters()) index_of.emplace(name, index_of.size());
+    held = with_every_experts_buffers(std::move(held), params);
     const std::vector<std::string> whole = whole_parameter_names();
-    const int64_t held = model.moes.empty() ? 1 : int64_t(model.moes.front()->experts.size());
     rg::NamedTensors out;
-    for (size_t j = 0; j < whole.size(); ++j) {
-      const std::string& name = whole[j];
-      rg::NamedTensors buffers;
-      if (!is_expert(name)) {
-        buffers = by_index[index_of.at(name)];  // replicated: held here
-      } else {  // from its ep rank, shaped like this rank's first expert's
-        const size_t at = name.find(".moe.experts.") + 13, dot = name.find('.', at);
-        const int64_t e = std::stoll(name.substr(at, dot - at));
-        const int owner = int(e / held), me = groups->ep->rank();
-        const std::string like_name = name.substr(0, at) + std::to_string(me * held) + name.substr(dot);
-        for (const auto& [buffer, like] : by_index[index_of.at(like_name)]) {
-          rg::Tensor t = owner == me ? held_buffer(by_index[index_of.at(name)], buffer).clone() : rg::empty_like(like);
-          groups->ep->broadcast(t, owner);
-          buffers.emplace_back(buffer, t);
-        }
-      }
-      for (const auto& [buffer, t] : buffers) out.emplace_back("state.0." + std::to_string(j) + "." + buffer, t);
-    }
+    if (!held.empty())
+      for (size_t j = 0; j < whole.size(); ++j)
+        for (const auto& [buffer, t] : held.at(whole[j]))
+          out.emplace_back("state.0." + std::to_string(j) + "." + buffer, t);
     if (meta) {
       *meta = local_meta;
       (*meta)["group.0.size"] = std::to_string(whole.size());
     }
     return out;
   }
-  // The whole model's parameter names in its order (a plain AdamW's numbering): each MoE
-  // block's experts 0..E−1 where this rank holds its share, each with the tensors of this
-  // rank's first expert of the block.
-  std::vector<std::string> whole_parameter_names() const {
-    const rg::NamedTensors local = model.named_parameters();
-    std::vector<std::string> names;
-    std::string block;  // the MoE block whose experts are written: "blocks.3.moe.experts."
-    for (const auto& [name, p] : local) {
-      if (!is_expert(name)) {
-        names.push_back(name);
-        continue;
-      }
+  // Under --ep: `held` (optimizer buffers by their parameter's name, for `params`, a rank's
+  // parameters) with every expert of the MoE blocks among them, each expert's from the ep
+  // rank that holds it (a collective over every ep group). Nothing before the first step.
+  std::map<std::string, rg::NamedTensors> with_every_experts_buffers(std::map<std::string, rg::NamedTensors> held,
+                                                                      const rg::NamedTensors& params) {
+    if (held.empty()) return held;
+    const int64_t per_rank = int64_t(model.moes.front()->experts.size());
+    const int me = groups->ep->rank();
+    for (const auto& [name, p] : every_expert_named(params, experts_per_block(model))) {
+      if (!is_expert(name)) continue;
       const size_t at = name.find(".moe.experts.") + 13, dot = name.find('.', at);
-      if (name.substr(0, at) == block) continue;  // written with the block's first expert
-      block = name.substr(0, at);
-      const std::string first = name.substr(0, dot + 1);  // "blocks.3.moe.experts.2."
-      const int64_t experts = model.moes.front()->options().num_experts;
-      for (int64_t e = 0; e < experts; ++e)
-        for (const auto& [other, q] : local)
-          if (other.rfind(first, 0) == 0) names.push_back(block + std::to_string(e) + "." + other.substr(first.size()));
+      const int64_t e = std::stoll(name.substr(at, dot - at));
+      const int owner = int(e / per_rank);
+      const std::string like_name = name.substr(0, at) + std::to_string(me * per_rank) + name.substr(dot);
+      rg::NamedTensors buffers;
+      for (const auto& [buffer, like] : held.at(like_name)) {
+        rg::Tensor t = owner == me ? held_buffer(held.at(name), buffer).clone() : rg::empty_like(like);
+        groups->ep->broadcast(t, owner);
+        buffers.emplace_back(buffer, t);
+      }
+      held[name] = std::move(buffers);
     }
+    return held;
+  }
+  // The whole model's parameter names in its order (a plain AdamW's numbering): each MoE
+  // block's experts 0..E−1 where this rank holds its share.
+  std::vector<std::string> whole_parameter_names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, p] : every_expert_named(model.named_parameters(), experts_per_block(model)))
+      names.push_back(name);
     return names;
   }
   static rg::Tensor held_buffer(const rg::NamedTensors& buffers, const std::string& name) {
