@@ -62,7 +62,8 @@ constexpr int kSteps = 3;
 // ---- the plain model (one process)
 
 // The fifth dimension: with experts on, every block's MLP is a Mixture of Experts (4
-// experts of the MLP's shape, 2 per token, dropless), each sequence one routing group, its
+// experts of the MLP's shape, 2 per token, capacity factor 1: some assignments dropped, the
+// same ones on every layout), each sequence one routing group, its
 // load-balance loss carried into backward on its output (nn::with_aux_loss) scaled as the
 // loss is: 1 in one process, 1/micro-batches on a pipeline stage.
 bool experts = false;
@@ -84,7 +85,8 @@ struct PlainBlock : rg::nn::Module {
     register_module("ln2", ln2);
     if (experts) {
       moe = std::make_shared<rg::nn::MoE>(kModel, rg::nn::MoEOptions{.num_experts = kExperts, .top_k = 2,
-                                                                      .hidden = 4 * kModel});
+                                                                      .hidden = 4 * kModel,
+                                                                      .capacity_factor = 1.0});
       register_module("moe", moe);
     } else {
       register_module("up", up);
@@ -284,8 +286,12 @@ void run(int dp, int pp, int cp, int tp, bool recompute, par::PipelineSchedule s
     auto& block = static_cast<ParallelBlock&>((*stage.blocks)[b]);
     block.recompute = recompute;
     block.aux_scale = 0.5;  // the pipeline's 2 micro-batches: each loss is halved
-    if (block.moe && cp > 1)  // a sequence's tokens on the cp ranks: its statistics summed
+    if (block.moe && cp > 1) {  // a sequence's tokens on the cp ranks: its statistics summed,
+      // its places given in its whole order (zigzag: pieces c and 2cp − 1 − c of 2cp)
       block.moe->group_sum = [&cp_group](const rg::Tensor& t) { return par::sum_over_ranks(t, cp_group); };
+      block.moe->group_piece_count = 2 * cp;
+      block.moe->group_pieces_held = {cp_group.rank(), 2 * cp - 1 - cp_group.rank()};
+    }
   }
   std::vector<rg::Tensor> dense, expert_params;
   for (auto& [pname, t] : stage.named_parameters())
