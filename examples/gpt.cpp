@@ -428,10 +428,12 @@ int main(int argc, char** argv) {
           const rg::Tensor s = sequence_parallel ? par::reduce_from_tp_region(t, tp_group) : t;
           return cp_group.size() > 1 ? par::sum_over_ranks(s, cp_group) : s;
         };
-        const int parts = sequence_parallel ? tp : 1, c = mesh.rank("cp"), t = mesh.rank("tp");
+        // Local piece i of the 2·parts (chunk c's parts, then chunk 2cp−1−c's); a rank holds two.
+        const int parts = sequence_parallel ? tp : 1, c = mesh.rank("cp");
+        const int mine = sequence_parallel ? 2 * mesh.rank("tp") : 0;
         moe->group_piece_count = 2 * cp * parts;
         moe->group_pieces_held.clear();
-        for (int i = sequence_parallel ? 2 * t : 0; i < (sequence_parallel ? 2 * t + 2 : 2); ++i)
+        for (int i = mine; i < mine + 2; ++i)
           moe->group_pieces_held.push_back(i < parts ? c * parts + i : (2 * cp - 1 - c) * parts + i - parts);
       }
     Trainer trainer(strategy, model, everyone, lr, groups, {.micro_batches = pp > 1 ? micro_batches : 1,
@@ -609,7 +611,8 @@ int main(int argc, char** argv) {
       schedule.step();
       if (measured && groups.ep && world.is_main()) {  // the experts' all-to-alls against the formula
         std::snprintf(line, sizeof line, "CHECK moe_all_to_all_mb predicted=%.6f measured=%.6f",
-                      gpt::moe_all_to_all_bytes(config, batch * config.seq / cp / (sequence_parallel ? tp : 1), ep, grad_accum) / 1e6,
+                      gpt::moe_all_to_all_bytes(config, batch * config.seq / cp / (sequence_parallel ? tp : 1), ep,
+                                                grad_accum) / 1e6,
                       double(groups.ep->wire_bytes(par::Collective::AllToAll)) / 1e6);
         bar.message(line);
       }

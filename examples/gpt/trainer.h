@@ -337,6 +337,7 @@ struct Trainer {
   // samples from it and writes it), gpt/stage_state.h: collectives over each replica's
   // (pp, tp) ranks, and under --ep over every ep group (its ranks hold the other experts).
   rg::NamedTensors whole_from_stages() {
+    if (comm.rank() != 0 && !groups->ep) return {};  // another replica, holding the same model
     rg::NamedTensors mine = par::tp_full_state_dict(*stage);
     if (groups->ep) mine = with_every_expert(mine);
     return comm.rank() == 0 ? whole_model(mine, model, *groups, virtual_stages) : rg::NamedTensors{};
@@ -366,12 +367,9 @@ struct Trainer {
     if (pipeline) {  // the first replica's (pp, tp) ranks put it together, as whole_from_stages
       std::map<std::string, std::string> local_meta;  // zero1: first gathered over (dp, cp)
       const rg::NamedTensors local = zero ? zero->consolidate_state_dict(&local_meta, 0) : adamw->state_dict(&local_meta);
-      if (!groups->ep)
-        return comm.rank() == 0 ? whole_optimizer_state(whole_buffers(*stage, local), model, *groups, local_meta,
-                                                        meta, virtual_stages)
-                                : rg::NamedTensors{};
-      // --ep (ddp): every rank's stage state made whole over tp, with every expert's
-      const auto held = with_every_experts_buffers(whole_buffers(*stage, local), stage->named_parameters());
+      std::map<std::string, rg::NamedTensors> held;  // made whole over tp (--ep: on every replica)
+      if (comm.rank() == 0 || groups->ep) held = whole_buffers(*stage, local);
+      if (groups->ep) held = with_every_experts_buffers(std::move(held), stage->named_parameters());
       return comm.rank() == 0 ? whole_optimizer_state(held, model, *groups, local_meta, meta, virtual_stages)
                               : rg::NamedTensors{};
     }
