@@ -261,7 +261,11 @@ Tensor MoE::run_experts(const Tensor& rows, const std::vector<int64_t>& rows_per
   return outs.size() == 1 ? outs[0] : cat(outs, 0);
 }
 
-Tensor MoE::forward(const Tensor& x) { return forward_moe(x).output; }
+Tensor MoE::forward(const Tensor& x) {
+  MoEOutput out = forward_moe(x);
+  aux_loss_ = out.aux_loss;
+  return out.output;
+}
 
 MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
   RG_CHECK(x.dim() >= 1 && x.size(-1) == dim_, "MoE", "expected input with last dim ", dim_,
@@ -350,7 +354,6 @@ MoEOutput MoE::forward_moe(const Tensor& x, int64_t groups) {
   stats_.dropped = r.dropped;
   stats_.balance = balance.item();
   stats_.z = z.item();
-  aux_loss_ = aux;
   return {y.reshape(x.shape()), aux};
 }
 

@@ -137,8 +137,11 @@ class MoE : public Module {
  public:
   MoE(int64_t dim, MoEOptions options = {});
   Tensor forward(const Tensor& x) override;  // forward_moe(x).output; keeps aux_loss()
+  // The output and the loss, keeping nothing: the caller holds the loss's graph, so a
+  // recomputed region (nn::checkpoint) frees what its first forward made, the router's
+  // input included, instead of keeping it until the next forward.
   MoEOutput forward_moe(const Tensor& x, int64_t groups = 1);
-  // The last forward's weighted auxiliary loss (0 before any), for the trainer to add.
+  // The last forward()'s weighted auxiliary loss (undefined before any), for the trainer to add.
   Tensor aux_loss() const { return aux_loss_; }
   const MoEStats& stats() const { return stats_; }
   const MoEOptions& options() const { return options_; }
