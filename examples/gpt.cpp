@@ -368,8 +368,8 @@ int main(int argc, char** argv) {
     if (config.experts > 0) {
       RG_CHECK(config.experts_per_token <= config.experts, "gpt", "expected --experts-per-token at most --experts ",
                config.experts, ", got ", config.experts_per_token);
-      RG_CHECK(!plan.plan_only && !budget, "gpt", "expected no --plan or --budget with --experts (the "
-               "formulas do not count experts yet)");
+      RG_CHECK(!budget, "gpt", "expected no --budget with --experts (its formulas count dense blocks; "
+               "--plan counts experts)");
     }
     RG_CHECK(ep == 1 || config.experts > 0, "gpt", "expected --ep only with --experts, got --ep ", ep);
     if (ep > 1) {
@@ -378,7 +378,7 @@ int main(int argc, char** argv) {
       RG_CHECK(dp % ep == 0 && config.experts % ep == 0, "gpt", "expected --ep to divide --dp ", dp,
                " and --experts ", config.experts, ", got ", ep);
     }
-    const gpt::PlanLayout layout{.dp = dp, .pp = pp, .cp = cp, .tp = tp, .strategy = strategy, .batch = batch,
+    const gpt::PlanLayout layout{.dp = dp, .pp = pp, .cp = cp, .tp = tp, .ep = ep, .strategy = strategy, .batch = batch,
                                  .grad_accum = grad_accum, .micro_batches = pp > 1 ? micro_batches : 1,
                                  .schedule = schedule_kind, .virtual_stages = chunks,
                                  .precision = precision.name, .sequence_parallel = sequence_parallel,

@@ -23,11 +23,11 @@
 //               ones (zero1, zero2), or one flat shard per unit (fsdp).
 //   activations what forward keeps for backward (examples/memory_budget.cpp derives the
 //               float32 counts for GPT-2's blocks; Llama's options, which keep more, are in
-//               bytes_kept, in float32 and under autocast): per block 16·b·T·E + (4 + H)·b·T numbers for
-//               b sequences of T tokens (T/cp under context parallelism), E wide, H heads;
-//               with --tp t the attention's and MLP's inner tensors are split:
-//               4·bTE + 12·bTE/t + (4 + H/t)·bT; --recompute selective keeps the attention
-//               half only (7·bTE + (2 + H)·bT), full the block's input only (bTE).
+//               bytes_kept, in float32 and under autocast): per block 16·b·T·E + (4 + H)·b·T
+//               numbers for b sequences of T tokens (T/cp under context parallelism), E wide, H
+//               heads; with --tp t the attention's and MLP's inner tensors are split: 4·bTE +
+//               12·bTE/t + (4 + H/t)·bT; --recompute selective keeps the attention half only (7·bTE
+//               + (2 + H)·bT), full the block's input only (bTE).
 //               --sequence-parallel: the four whole bTE (the block's input, its middle
 //               residual, the two norms' outputs, which the split GEMMs keep as shards and
 //               gather again in backward) are 1/t each: 4·bTE/t + 12·bTE/t + (4 + H)/t·bT;
@@ -67,6 +67,15 @@
 //               included (what the hardware runs, where MFU counts the model's), and the
 //               bytes its other ops read and write (RESULT plan … gflops= attention_gflops=
 //               traffic_mb=). gpt/step_time.h turns them and the traffic into seconds.
+//   experts     --experts E: an MoE block holds the router, its E/ep experts (whole on every
+//               tp rank) and any shared experts (moe_tensors) where a dense one holds its MLP;
+//               under --ep the experts' gradients are averaged over their own replicas.
+//               What it keeps (moe_kept), its backward (moe_backward), what it sends
+//               (moe_traffic: the all-to-alls, the routing statistics' sums; all three in
+//               gpt/plan_experts.h) and its GEMMs (work) take the router to spread the
+//               tokens evenly over the experts. Without --ep a rank's memory does not depend
+//               on the routing; under --ep the plan also gives the peak where a rank's
+//               experts are sent the most rows they can be (RESULT plan … peak_bound_mb=).
 #pragma once
 
 #include <ringgrad/parallel/communicator.h>
@@ -82,79 +91,28 @@
 
 #include "budget.h"  // all_reduce_bytes, broadcast_bytes: the communicators' count
 #include "model.h"
+#include "plan_experts.h"  // the MoE blocks' parameters, activations and traffic
+#include "plan_layout.h"   // PlanLayout, Traffic, RankPlan, Plan, ParamTensor, Kept
 
 namespace gpt {
 
-namespace par = ringgrad::parallel;
+// The blocks rank `stage` of a pipeline of `pp` holds, in order: its chunks (virtual stages)
+// stage, stage + pp, …, of layers / (pp · virtual_stages) blocks each.
+inline std::vector<int64_t> stage_blocks(const GPTConfig& c, int64_t stage, int64_t pp,
+                                         int64_t virtual_stages = 1) {
+  std::vector<int64_t> out;
+  const int64_t per = c.layers / (pp * virtual_stages);
+  for (int64_t chunk = 0; chunk < virtual_stages; ++chunk)
+    for (int64_t b = (chunk * pp + stage) * per; b < (chunk * pp + stage + 1) * per; ++b)
+      out.push_back(b);
+  return out;
+}
 
-struct PlanLayout {
-  int64_t dp = 1, pp = 1, cp = 1, tp = 1;
-  std::string strategy = "ddp";    // ddp | zero1 | zero2 | fsdp (with tp or pp above 1: ddp or zero1)
-  int64_t batch = 16;              // sequences per forward on each replica (--batch-size)
-  int64_t grad_accum = 1;          // forwards per step
-  int64_t micro_batches = 1;       // pipeline micro-batches per forward (pp > 1)
-  par::PipelineSchedule schedule = par::PipelineSchedule::OneFOneB;  // --schedule (pp > 1)
-  int64_t virtual_stages = 1;      // model chunks a rank holds (--schedule interleaved)
-  std::string precision = "fp32";  // fp32 | bf16 | fp16: autocast over float32 parameters
-  bool sequence_parallel = false;  // --sequence-parallel (with tp above 1)
-  bool merge_is_view = true;       // attention's output already in out_proj's layout (fused kernel)
-  int64_t gradient_bytes = 4;      // a gradient on DDP's wire: 4, or 2 (a 16-bit comm hook)
-  int64_t world() const { return dp * pp * cp * tp; }
-  // What the residual stream's positions are cut into on a tp rank: tp under sequence
-  // parallelism, else 1 (every tp rank holds them all).
-  double sequence_shards() const { return sequence_parallel ? double(tp) : 1; }
-  // Whether a step's micro-batches share one 16-bit copy of each weight (autocast_weight_cache,
-  // opened by gpt/trainer.h; `weight_cache` false for a program that does not): under autocast,
-  // but not under FSDP.
-  bool weight_cache = true;
-  bool weights_cached() const { return weight_cache && precision != "fp32" && strategy != "fsdp"; }
-};
-
-// The mesh axes a rank sends on: tensor, pipeline and context parallelism, and the
-// data-parallel group (dp·cp) that averages the gradients. gpt/step_time.h times each on
-// the link its ranks share.
-enum class Axis { Tp, Pp, Cp, Data };
-inline constexpr int kAxes = 4;
-
-// What one rank sends in a step, by kind of collective (parallel/communicator.h) and by axis:
-// bytes as the communicators count them, and the number of operations.
-struct Traffic {
-  std::array<double, par::kCollectives> bytes{}, operations{};  // by kind
-  std::array<double, kAxes> axis_bytes{}, axis_operations{};    // by axis
-  void add(Axis axis, par::Collective kind, double ops, double each) {
-    bytes[size_t(kind)] += ops * each, operations[size_t(kind)] += ops;
-    axis_bytes[size_t(axis)] += ops * each, axis_operations[size_t(axis)] += ops;
-  }
-  double total() const { return std::accumulate(bytes.begin(), bytes.end(), 0.0); }
-};
-
-// One rank's figures, in bytes.
-struct RankPlan {
-  double params = 0, grads = 0, optim = 0, activations = 0, peak = 0;
-  double comm = 0;  // bytes sent in one step, as the communicators count them
-  Traffic sent;     // the same by kind and axis
-  // The work of one step (gpt/step_time.h turns it into seconds): FLOPs of the GEMMs and of
-  // attention, recomputation included (what the hardware runs; MFU counts the model's only),
-  // and the bytes the other ops (norms, activations, residuals, loss, optimizer) read and write.
-  double flops = 0, attention_flops = 0, memory_traffic = 0;
-  double per_micro_batch = 0;  // the share of flops and traffic one pipeline micro-batch takes (1 without pp)
-};
-
-struct Plan {
-  RankPlan largest;            // each figure the largest over the ranks
-  std::vector<RankPlan> ranks;  // by pipeline stage (the ranks of a stage hold the same)
-};
-
-// The parameter tensors of one tp rank of pipeline stage `stage` of `pp`, in the order the
-// model registers them, as numbers each; `unit` names the FSDP unit each belongs to (0: the
-// root unit, b + 1: block b).
-struct ParamTensor {
-  int64_t numel;
-  int64_t unit;
-  bool cast = true;  // a GEMM's operand, cast under autocast (not a norm's, nor an embedding's lookup)
-};
-
-inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp, int64_t stage, int64_t pp) {
+// The parameter tensors of one tp rank of pipeline stage `stage` of `pp` (each rank holding
+// its chunks under interleaving), in the order the model registers them.
+inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp, int64_t stage,
+                                                  int64_t pp, int64_t ep = 1,
+                                                  int64_t virtual_stages = 1) {
   const int64_t E = c.d_model, V = c.vocab, t = tp;
   const int64_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads, kvE = E / c.heads * kv;
   const bool first = stage == 0, last = stage == pp - 1, rms = c.norm == "rmsnorm";
@@ -165,8 +123,7 @@ inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp
     out.push_back({E, unit, false});
     if (!rms) out.push_back({E, unit, false});
   };
-  const int64_t per_stage = c.layers / pp;
-  for (int64_t b = stage * per_stage; b < (stage + 1) * per_stage; ++b) {
+  for (int64_t b : stage_blocks(c, stage, pp, virtual_stages)) {
     const int64_t u = b + 1;
     norm(u);
     out.push_back({(E + 2 * kvE) / t * E, u});  // in_proj (q, k, v rows; split by heads)
@@ -174,7 +131,9 @@ inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp
     out.push_back({E * E / t, u});  // out_proj: its input split, its bias whole
     out.push_back({E, u});
     norm(u);
-    if (c.mlp == "swiglu") {  // w1 and w3 split by rows, w2 by columns
+    if (c.moe_block(b)) {
+      moe_tensors(c, ep, u, out);
+    } else if (c.mlp == "swiglu") {  // w1 and w3 split by rows, w2 by columns
       const int64_t h = c.hidden();
       for (int i = 0; i < 3; ++i) out.push_back({h / t * E, u});
     } else {
@@ -192,20 +151,51 @@ inline std::vector<ParamTensor> parameter_tensors(const GPTConfig& c, int64_t tp
 }
 
 // Under sequence parallelism, the numbers of stage `stage`'s parameters whose gradients are
-// summed over tp (gpt/parallel.h): the norms, the row layers' biases, the learned positions.
-inline int64_t sequence_parallel_numel(const GPTConfig& c, int64_t stage, int64_t pp) {
+// summed over tp (gpt/parallel.h): the norms, the row layers' biases, the learned positions,
+// and every parameter of an MoE block's MoE (each tp rank routes its own positions).
+inline int64_t sequence_parallel_numel(const GPTConfig& c, int64_t stage, int64_t pp,
+                                       int64_t ep = 1, int64_t virtual_stages = 1) {
   const int64_t E = c.d_model, norm = c.norm == "rmsnorm" ? E : 2 * E;
-  const int64_t biases = c.mlp == "swiglu" ? E : 2 * E;  // out_proj's (and GELU's proj's)
-  int64_t n = c.layers / pp * (2 * norm + biases);
+  int64_t n = 0;
+  for (int64_t b : stage_blocks(c, stage, pp, virtual_stages)) {
+    n += 2 * norm + E;  // the norms, out_proj's bias
+    if (c.moe_block(b)) {
+      std::vector<ParamTensor> moe;
+      moe_tensors(c, ep, 0, moe);
+      for (const ParamTensor& p : moe) n += p.numel;
+    } else if (c.mlp != "swiglu") {
+      n += E;  // GELU's proj's bias
+    }
+  }
   if (stage == 0 && c.pos != "rope") n += c.seq * E;
   if (stage == pp - 1) n += norm;
   return n;
 }
 
-// The whole model's parameters (numbers).
+// The whole model's parameters (numbers), every expert's included.
 inline int64_t parameter_count(const GPTConfig& c) {
   int64_t n = 0;
   for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1)) n += p.numel;
+  return n;
+}
+
+// The parameters one token's computation uses (what MFU counts): all but the experts, and k
+// experts of each MoE block.
+inline int64_t active_parameter_count(const GPTConfig& c) {
+  int64_t n = 0;
+  for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1)) n += p.expert ? 0 : p.numel;
+  std::vector<ParamTensor> one;  // one expert's tensors
+  if (c.experts > 0) moe_tensors(c, c.experts, 0, one);
+  int64_t expert = 0;
+  for (const ParamTensor& p : one) expert += p.expert ? p.numel : 0;
+  for (int64_t b = 0; b < c.layers; ++b) n += c.moe_block(b) ? c.experts_per_token * expert : 0;
+  return n;
+}
+
+// How many of blocks [first, first + count) are MoE blocks.
+inline int64_t moe_blocks(const GPTConfig& c, int64_t first, int64_t count) {
+  int64_t n = 0;
+  for (int64_t b = first; b < first + count; ++b) n += c.moe_block(b) ? 1 : 0;
   return n;
 }
 
@@ -231,17 +221,8 @@ inline std::vector<int64_t> zero_owners(const std::vector<ParamTensor>& ts, int6
   return owner;
 }
 
-// Numbers (not bytes) forward keeps for backward, per block and for the head, for b
-// sequences of T tokens on one rank; float32 unless autocast (then bytes directly: see
-// bytes_kept).
-struct Kept {
-  double block = 0, head = 0;  // bytes
-  double block_whole = 0;      // bytes of one block without recomputation (its recomputation's peak)
-  double mlp_grads = 0;        // bytes of the MLP's gradients alive at once in its backward
-  double backward = 0;         // bytes a block's backward holds above what it frees (no recomputation)
-};
-
-inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
+// `moe`: an MoE block's figures (its MLP half an nn::MoE) instead of a dense one's.
+inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b, bool moe = false) {
   const double T = double(c.seq / l.cp), E = double(c.d_model), H = double(c.heads), t = double(l.tp);
   const double V = double(c.vocab), bTE = b * T * E, bT = b * T;
   // Sequence parallelism: what was whole on every tp rank between the split layers (the
@@ -322,6 +303,23 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b) {
       k.block = whole;
     k.head = 4 * bTE / s + 2 * bTE / s + 4 * 2 * bT / s + head_copies + 4 * bT * V / t + 4 * bT + head_extra;
   }
+  if (moe) {
+    // The dense MLP's hidden tensors (and under autocast its weights' copies and SwiGLU's
+    // second cast of its input) give way to the MoE's (moe_kept); a recomputed block keeps
+    // the same either way.
+    const double units = (c.mlp == "swiglu" ? 5 : 2) * hidden * bT / t;
+    const double dense = l.precision == "fp32"
+                             ? 4 * units
+                             : 2 * units +
+                                   (l.weights_cached() ? 0
+                                                       : (c.mlp == "swiglu" ? 2 * 3 * hidden * E / t
+                                                                            : 2 * 8 * E * E / t)) +
+                                   (c.mlp == "swiglu" && !l.sequence_parallel ? 2 * bTE : 0);
+    const double delta = moe_kept(c, l, b) - dense;
+    k.block_whole += delta;
+    if (c.recompute == "none") k.block += delta;
+    moe_backward(c, l, b, k);
+  }
   return k;
 }
 
@@ -349,7 +347,11 @@ struct Work {
   double flops = 0, attention_flops = 0, traffic = 0;
 };
 
-inline Work work(const GPTConfig& c, const PlanLayout& l, double b, double blocks, bool last) {
+// `moe` of the `blocks` are MoE blocks: the router's GEMM, each row's k experts' (R = k·N rows
+// of the N tokens this rank routes, whole on every tp rank) and the shared experts' for every
+// token, in place of the dense MLP's.
+inline Work work(const GPTConfig& c, const PlanLayout& l, double b, double blocks, bool last,
+                 double moe = 0) {
   const double T = double(c.seq / l.cp), E = double(c.d_model), t = double(l.tp), bT = b * T;
   const double kv = c.kv_heads == 0 ? double(c.heads) : double(c.kv_heads), kvE = E / double(c.heads) * kv;
   const double hidden = double(c.hidden());
@@ -362,20 +364,35 @@ inline Work work(const GPTConfig& c, const PlanLayout& l, double b, double block
   // Backward: a GEMM twice over (its input's gradient and its weight's); the fused attention
   // recomputes its scores first (five products to forward's two). Recomputation: the
   // forward again, whole (full) or the MLP half (selective).
-  double block = 3 * (attention_gemms + mlp_gemms), attention = 3.5 * scores;
-  if (c.recompute == "full") block += attention_gemms + mlp_gemms, attention += scores;
-  if (c.recompute == "selective") block += mlp_gemms;
+  auto gemms = [&](double mlp) {
+    double block = 3 * (attention_gemms + mlp);
+    if (c.recompute == "full") block += attention_gemms + mlp;
+    if (c.recompute == "selective") block += mlp;
+    return block;
+  };
+  const double N = bT / l.sequence_shards(), top_k = double(c.experts_per_token);
+  const double rows = top_k * N * (c.capacity_factor > 0 ? std::min(1.0, c.capacity_factor) : 1.0);
+  const double moe_gemms =
+      2 * N * E * double(c.experts) +
+      (c.mlp == "swiglu" ? 3 : 2) * 2 * E * hidden * (rows + N * double(c.shared_experts));
+  double attention = 3.5 * scores;
+  if (c.recompute == "full") attention += scores;
   Work w;
-  w.flops = blocks * block + (last ? 3 * 2 * bT * E * double(c.vocab) / t : 0);  // the head
+  w.flops = (blocks - moe) * gemms(mlp_gemms) + moe * gemms(moe_gemms) +
+            (last ? 3 * 2 * bT * E * double(c.vocab) / t : 0);  // the head
   w.attention_flops = blocks * attention;
   // The other ops: forward writes each tensor a block keeps and the next op reads it (twice
   // what it keeps); backward reads it, writes its gradient and reads that (three times);
   // recomputing writes and reads again what it recomputes. The head's likewise.
+  auto traffic = [&](const Kept& k) {
+    double bytes = 5 * k.block_whole;
+    if (c.recompute == "full") bytes += 2 * k.block_whole;
+    if (c.recompute == "selective") bytes += 2 * (k.block_whole - k.block);
+    return bytes;
+  };
   const Kept k = bytes_kept(c, l, b);
-  double traffic = 5 * k.block_whole;
-  if (c.recompute == "full") traffic += 2 * k.block_whole;
-  if (c.recompute == "selective") traffic += 2 * (k.block_whole - k.block);
-  w.traffic = blocks * traffic + (last ? 5 * k.head : 0);
+  w.traffic = (blocks - moe) * traffic(k) +
+              (moe > 0 ? moe * traffic(bytes_kept(c, l, b, true)) : 0) + (last ? 5 * k.head : 0);
   return w;
 }
 
@@ -424,7 +441,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
   for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1)) whole_units[size_t(p.unit)] += double(p.numel);
   const double whole_block = *std::max_element(whole_units.begin() + 1, whole_units.end());
   for (int64_t s = 0; s < l.pp; ++s) {
-    const std::vector<ParamTensor> ts = parameter_tensors(c, l.tp, s, l.pp);
+    const std::vector<ParamTensor> ts = parameter_tensors(c, l.tp, s, l.pp, l.ep, l.virtual_stages);
     RankPlan r;
     double numel = 0, gathered = 0;  // fsdp: the units gathered at the peak
     double unit_numel = 0, root_numel = 0;  // fsdp: a block unit's numbers (padded to n) and the root's
@@ -464,8 +481,11 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     }
     // Activations: the micro-batches in flight (the schedule's; 1F1B: min(m, p − s)), each b
     // rows, through each of the rank's chunks (the pipeline's stages s, s + p, …).
-    const Kept k = bytes_kept(c, l, b);
+    const Kept k = bytes_kept(c, l, b), km = c.experts > 0 ? bytes_kept(c, l, b, /*moe=*/true) : k;
     const double blocks = double(c.layers / l.pp);
+    int64_t stage_moe = 0;  // the rank's MoE blocks
+    for (int64_t block : stage_blocks(c, s, l.pp, l.virtual_stages))
+      stage_moe += c.moe_block(block) ? 1 : 0;
     const bool first = s == 0, last = s == l.pp - 1;
     const double bTE = b * T * E, bT = b * T, logits = b * T * V / double(l.tp);
     const double shard = l.sequence_shards();
@@ -473,7 +493,9 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     auto keeps = [&](int64_t chunk) {  // what one micro-batch leaves in a chunk until its backward
       const int64_t g = chunk * l.pp + s;  // the pipeline's stage
       // (a chunk that sends keeps its output)
-      double one = blocks / double(v) * k.block + (g == stages - 1 ? k.head : 4 * bTE / shard);
+      const int64_t per = c.layers / stages, moe = moe_blocks(c, g * per, per);
+      double one = double(per - moe) * k.block + double(moe) * km.block +
+                   (g == stages - 1 ? k.head : 4 * bTE / shard);
       // VocabParallelEmbedding: the rows' partial sum, before the all-reduce
       if (four_d && g == 0) one += 4 * bTE;
       // vocab_parallel_cross_entropy keeps its softmax
@@ -502,10 +524,16 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     double moment = r.activations + logits_grad + gathered + ring;
     // Or a block's backward: the last stage's after the head's (its tensors gone), another's
     // beside the gradient the next stage sent (float32: the residual stream's).
-    moment = std::max(moment, r.activations + (last ? -k.head : 4 * bTE / shard) + k.backward + gathered + ring);
+    // (An MoE block's backward, where the stage has one: the experts' gradients.)
+    const Kept& worst = stage_moe > 0 && km.backward > k.backward ? km : k;
+    moment = std::max(moment, r.activations + (last ? -k.head : 4 * bTE / shard) + worst.backward +
+                                  gathered + ring);
     // A recomputed block's backward: its whole activations at once, and the MLP's gradients.
     if (c.recompute != "none")
-      moment = std::max(moment, r.activations - (last ? k.head : 0) + k.block_whole - k.block + ring + k.mlp_grads);
+      for (const Kept* kind : {&k, &km})
+        if (kind == &k ? stage_moe < c.layers / l.pp : stage_moe > 0)
+          moment = std::max(moment, r.activations - (last ? k.head : 0) + kind->block_whole -
+                                        kind->block + ring + kind->mlp_grads);
     if (sharded) {
       // FSDP's backward, unit by unit (parallel/fsdp.cpp): as block j of L (in backward's order)
       // is flattened, the shards of the blocks reduced before it, the whole flat gradients of
@@ -515,8 +543,9 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       const double L = double(c.layers), B = 4 * unit_numel, S = B / double(n), R = 4 * root_numel;
       for (double j = 0; j < L; ++j) {
         const double flight = std::min(2.0, j);
-        moment = std::max(moment, (j - flight) * S + flight * (B + S) + 2 * B + S + R + (j + 1 < L ? B : 0) +
-                                      (L - 1 - j) * k.block);
+        moment = std::max(
+            moment, (j - flight) * S + flight * (B + S) + 2 * B + S + R + (j + 1 < L ? B : 0) +
+                        (L - 1 - j) * (k.block + (km.block - k.block) * double(stage_moe) / L));
       }
       const double flight = std::min(2.0, L);
       moment = std::max(moment, (L - flight) * S + flight * (B + S) + 3 * R + R / double(n));
@@ -527,6 +556,14 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     // Under --tp/--pp the model's making (StageBlocks, gpt/parallel.h): the stage's parameters
     // so far, the whole embeddings and final norm, and one whole block being cut.
     if (four_d) r.peak = std::max(r.peak, r.params + 4 * (whole_units.front() + whole_block));
+    // Under --ep each MoE layer is made whole, then this rank's experts copied out of it.
+    if (l.ep > 1 && !four_d) {
+      std::vector<ParamTensor> whole_moe;
+      moe_tensors(c, 1, 0, whole_moe);
+      double moe_numel = 0;
+      for (const ParamTensor& p : whole_moe) moe_numel += double(p.numel);
+      r.peak = std::max(r.peak, r.params + 4 * moe_numel);
+    }
 
     // Bytes sent in one step (parallel/communicator.h counts an all-reduce of n bytes over g
     // ranks as 2(g−1)/g·n, a broadcast or reduce (g−1)/g·n, an all-gather (g−1)·its input,
@@ -542,23 +579,29 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       // embedding's rows and the head's input stay float32.
       const double g_bytes = l.precision == "fp32" ? act : act / 2;
       const double tf = double(t), times = forwards * m;
+      // The split halves of the stage's blocks, and those run again by recomputation: an MoE
+      // block's MLP half is whole on every tp rank, and sends nothing on tp.
+      const double moe = double(stage_moe), halves = 2 * blocks - moe;
+      const double again = extra * (blocks - moe) + (c.recompute == "full" ? 1 : 0) * moe;
       if (!l.sequence_parallel) {
-        sent.add(Axis::Tp, K::AllReduce, times * (2 * blocks + first + last), all_reduce_bytes(act, t));
-        sent.add(Axis::Tp, K::AllReduce, times * (2 + extra) * blocks, all_reduce_bytes(g_bytes, t));
+        sent.add(Axis::Tp, K::AllReduce, times * (halves + first + last), all_reduce_bytes(act, t));
+        sent.add(Axis::Tp, K::AllReduce, times * (halves + again), all_reduce_bytes(g_bytes, t));
       } else {
         // Each f an all-gather of the GEMMs' input forward, again in backward for the weights'
         // gradients, and a reduce-scatter of the input's gradient; each g the other way round.
         // Under autocast all of them carry 16-bit numbers but the embedding's (float32 sums).
         const double gather = (tf - 1) * g_bytes / tf, scatter = (tf - 1) / tf * g_bytes;
-        sent.add(Axis::Tp, K::AllGather, times * ((2 + extra) * blocks + last), gather);      // f forward
-        sent.add(Axis::Tp, K::AllGather, times * (2 * blocks + last), gather);                // f backward
-        sent.add(Axis::Tp, K::ReduceScatter, times * (2 * blocks + last), scatter);           // f backward
-        sent.add(Axis::Tp, K::ReduceScatter, times * (2 + extra) * blocks, scatter);          // g forward
-        sent.add(Axis::Tp, K::AllGather, times * 2 * blocks, gather);                         // g backward
+        sent.add(Axis::Tp, K::AllGather, times * (halves + again + last), gather);  // f forward
+        sent.add(Axis::Tp, K::AllGather, times * (halves + last), gather);          // f backward
+        sent.add(Axis::Tp, K::ReduceScatter, times * (halves + last), scatter);     // f backward
+        sent.add(Axis::Tp, K::ReduceScatter, times * (halves + again), scatter);    // g forward
+        sent.add(Axis::Tp, K::AllGather, times * halves, gather);                   // g backward
         if (first)
           sent.add(Axis::Tp, K::ReduceScatter, times, (tf - 1) / tf * act), sent.add(Axis::Tp, K::AllGather, times, (tf - 1) * act / tf);
         // The norms', row biases' and learned positions' gradients, summed in one all-reduce.
-        sent.add(Axis::Tp, K::AllReduce, 1, all_reduce_bytes(4 * sequence_parallel_numel(c, s, l.pp), t));
+        sent.add(
+            Axis::Tp, K::AllReduce, 1,
+            all_reduce_bytes(4 * sequence_parallel_numel(c, s, l.pp, l.ep, l.virtual_stages), t));
       }
       if (last) sent.add(Axis::Tp, K::AllReduce, times * 3, all_reduce_bytes(4 * b * T, t));  // the loss
     }
@@ -578,8 +621,27 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       const double sends = 4 * (p - 1) + 2 * p + (c.recompute == "full" ? 2 * (p - 1) : 0);
       sent.add(Axis::Cp, K::Send, forwards * m * blocks * sends, chunk);
     }
+    if (stage_moe > 0) moe_traffic(c, l, b, double(stage_moe) * forwards * m, sent);
     // The data-parallel group (dp·cp): the gradients' average, as each strategy makes it.
     const double grads = 4 * numel, tensors = double(ts.size());
+    // Under --ep (strategy ddp) the experts are left out of it (parallel/expert_parallel.h):
+    // each expert tensor is averaged over the (dp/ep, cp) ranks that hold the same experts,
+    // tensor by tensor, and the clipping norm sums the experts' squares over the ep group.
+    std::vector<ParamTensor> dense;
+    double expert_numel = 0, expert_tensors = 0;
+    for (const ParamTensor& p : ts)
+      if (l.ep > 1 && p.expert)
+        expert_numel += double(p.numel), ++expert_tensors;
+      else
+        dense.push_back(p);
+    const int64_t replicas = l.dp / l.ep * l.cp;  // of each expert
+    if (expert_tensors > 0) {
+      if (replicas > 1)
+        sent.add(Axis::Data, K::AllReduce, expert_tensors,
+                 all_reduce_bytes(4 * expert_numel, replicas) / expert_tensors);
+      sent.add(Axis::Data, K::AllReduce, 1, all_reduce_bytes(8, l.ep));
+    }
+    const double dense_numel = numel - expert_numel;
     if (n == 1) {  // nothing to average
     } else if (sharded) {  // fsdp: each block unit gathered for forward and backward, the root once; reduce-scattered
       const double units = double(c.layers / l.pp);
@@ -594,8 +656,9 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
       sent.add(Axis::Data, K::AllReduce, 1, all_reduce_bytes(8, n));
     } else {
       // gpt.cpp averages a pipeline stage's gradients tensor by tensor, DDP by buckets
-      const double ops = four_d ? tensors : double(ddp_bucket_count(ts));
-      sent.add(Axis::Data, K::AllReduce, ops, all_reduce_bytes(double(l.gradient_bytes) * numel, n) / ops);
+      const double ops = four_d ? double(dense.size()) : double(ddp_bucket_count(dense));
+      sent.add(Axis::Data, K::AllReduce, ops,
+               all_reduce_bytes(double(l.gradient_bytes) * dense_numel, n) / ops);
       if (l.strategy == "zero1") {
         sent.add(Axis::Data, K::Broadcast, tensors, broadcast_bytes(grads, n) / tensors);
         sent.add(Axis::Data, K::AllReduce, 1, all_reduce_bytes(8, n));
@@ -605,7 +668,7 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     r.comm = sent.total();
 
     // The step's work: GEMM and attention FLOPs, and the other ops' bytes (gpt/step_time.h).
-    const Work w = work(c, l, b, blocks, last);
+    const Work w = work(c, l, b, blocks, last, double(stage_moe));
     r.per_micro_batch = 1 / (forwards * m);
     r.flops = forwards * m * w.flops;
     r.attention_flops = forwards * m * w.attention_flops;

@@ -140,12 +140,18 @@ inline void print_plan(const GPTConfig& config, const PlanLayout& layout, const 
               config.recompute.c_str(), static_cast<long long>(layout.grad_accum), r.params / 1e6, r.grads / 1e6,
               r.optim / 1e6, r.comm / 1e6);
   std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
+  if (layout.ep >
+      1) {  // the experts' rows follow the routing: the peak with the most a rank can get
+    PlanLayout most = layout;
+    most.expert_rows = expert_rows_bound(config, layout);
+    std::printf(" peak_bound_mb=%.6f", plan(config, most).largest.peak / 1e6);
+  }
   std::printf(" sent=%s gflops=%.3f attention_gflops=%.3f traffic_mb=%.1f", by_kind(r.sent).c_str(), r.flops / 1e9,
               r.attention_flops / 1e9, r.memory_traffic / 1e6);
   if (machine) {
     const StepTime t = step_time(p, layout, *machine);
-    const double model_flops = train_flops_per_token(config, parameter_count(config)) * double(layout.batch * layout.grad_accum *
-                                                                                          layout.dp * config.seq);
+    const double model_flops = train_flops_per_token(config, active_parameter_count(config)) *
+                               double(layout.batch * layout.grad_accum * layout.dp * config.seq);
     std::printf(" machine=%s step_s=%.4f compute_s=%.4f comm_s=%.4f mfu=%.3f", machine->name.c_str(), t.total, t.compute,
                 t.comm, model_flops / t.total / double(layout.world()) / machine->peak_flops);
     if (machine->memory_bytes > 0)  // the peak against one GPU's memory
