@@ -212,7 +212,7 @@ Tensor with_aux_loss(const Tensor& y, const Tensor& aux) {
 
 MoE::MoE(int64_t dim, MoEOptions options) : MoE(dim, options, 0, options.num_experts) {}
 
-MoE::MoE(int64_t dim, MoEOptions options, int64_t first_expert, int64_t expert_count)
+MoE::MoE(int64_t dim, MoEOptions options, int64_t first_expert, int64_t expert_count, bool draw_all)
     : router(dim, std::max<int64_t>(options.num_experts, 1), /*bias=*/false),
       dim_(dim),
       options_(options),
@@ -225,8 +225,11 @@ MoE::MoE(int64_t dim, MoEOptions options, int64_t first_expert, int64_t expert_c
       options.num_experts, " experts");
   register_module("router", router);
   register_module("experts", experts);
-  for (int64_t e = first_expert; e < first_expert + expert_count; ++e) {
-    local_.push_back(std::make_shared<Expert>(dim, options_.hidden, options_.mlp));
+  for (int64_t e = draw_all ? 0 : first_expert;
+       e < (draw_all ? options_.num_experts : first_expert + expert_count); ++e) {
+    auto made = std::make_shared<Expert>(dim, options_.hidden, options_.mlp);
+    if (e < first_expert || e >= first_expert + expert_count) continue;  // drawn, not held
+    local_.push_back(made);
     experts.add(std::to_string(e), local_.back());
   }
   if (options_.shared_experts > 0)

@@ -168,9 +168,12 @@ class MoE : public Module {
   std::shared_ptr<Expert> shared;  // null without shared experts
 
  protected:
-  // A module of the same options holding experts [first, first + count) only (the
-  // others' parameters are never made): parallel::ExpertParallelMoE's.
-  MoE(int64_t dim, MoEOptions options, int64_t first_expert, int64_t expert_count);
+  // A module of the same options holding experts [first, first + count) only:
+  // parallel::ExpertParallelMoE's. The others' parameters are never made, or with
+  // `draw_all` made one at a time and dropped, so that the random numbers drawn are the
+  // whole layer's: every rank's share is then the one the whole layer would hold.
+  MoE(int64_t dim, MoEOptions options, int64_t first_expert, int64_t expert_count,
+      bool draw_all = false);
   // The experts' outputs for `rows` (sorted by expert, rows_per_expert[e] for expert e of
   // all num_experts). Here: each local expert on its rows; expert parallelism sends the
   // rows to the ranks that hold their experts first.

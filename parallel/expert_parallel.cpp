@@ -37,9 +37,8 @@ Tensor sum_over_ranks(const Tensor& x, Communicator& comm) {
 
 namespace {
 
-// Which experts rank r of an ep group of `ranks` holds, checked once for the constructor.
-int64_t experts_per_rank(const nn::MoE& whole, const Communicator& ep) {
-  const int64_t experts = whole.options().num_experts;
+// How many experts each rank of `ep` holds, checked once for the constructors.
+int64_t experts_per_rank(int64_t experts, const Communicator& ep) {
   RG_CHECK(experts % ep.size() == 0, "ExpertParallelMoE", "expected num_experts (", experts,
            ") divisible by the ep group's size ", ep.size(), " (each rank holds as many experts)");
   return experts / ep.size();
@@ -51,10 +50,11 @@ ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& whole, Communicator& ep)
     : ExpertParallelMoE(whole, ep, {default_generator().seed(), default_generator().offset()}) {}
 
 ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& whole, Communicator& ep, GeneratorState before)
-    : nn::MoE(whole.dim(), whole.options(), ep.rank() * experts_per_rank(whole, ep),
-              experts_per_rank(whole, ep)),
+    : nn::MoE(whole.dim(), whole.options(),
+              ep.rank() * experts_per_rank(whole.options().num_experts, ep),
+              experts_per_rank(whole.options().num_experts, ep)),
       ep_(ep),
-      local_(experts_per_rank(whole, ep)) {
+      local_(experts_per_rank(whole.options().num_experts, ep)) {
   // The parameters made above drew random numbers that the copy below replaces: put the
   // generator back where `whole` left it, so that every rank's next draw is the same.
   default_generator().manual_seed(before.seed);
@@ -70,6 +70,12 @@ ExpertParallelMoE::ExpertParallelMoE(const nn::MoE& whole, Communicator& ep, Gen
       if (own_name == name) mine.emplace_back(name, value);
   load_state_dict(mine);
 }
+
+ExpertParallelMoE::ExpertParallelMoE(int64_t dim, const nn::MoEOptions& options, Communicator& ep)
+    : nn::MoE(dim, options, ep.rank() * experts_per_rank(options.num_experts, ep),
+              experts_per_rank(options.num_experts, ep), /*draw_all=*/true),
+      ep_(ep),
+      local_(experts_per_rank(options.num_experts, ep)) {}
 
 NamedTensors ExpertParallelMoE::full_state_dict() {
   NamedTensors own = state_dict(), whole;

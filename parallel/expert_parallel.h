@@ -57,6 +57,10 @@ class ExpertParallelMoE : public nn::MoE {
   // rank's experts. num_experts must divide by ep's size. The default random generator is
   // left as `whole` left it, the same on every rank.
   ExpertParallelMoE(const nn::MoE& whole, Communicator& ep);
+  // Made in place: the module ExpertParallelMoE(nn::MoE(dim, options), ep) would be, the
+  // same random numbers drawn, without the whole layer: the other ranks' experts exist one
+  // at a time while they are made (what a model too big for one rank needs).
+  ExpertParallelMoE(int64_t dim, const nn::MoEOptions& options, Communicator& ep);
 
   // The whole layer's state (nn::MoE's names and order: router, experts 0..E−1, shared),
   // every expert fetched from the rank that holds it: a collective over ep, the result

@@ -142,8 +142,11 @@ class Block : public rg::nn::Module {
         attn(c.d_model, c.heads, {.batch_first = true, .kv_heads = c.kv_heads, .rotary = c.pos == "rope"}),
         recompute(c.recompute), aux_scale(aux_scale), positions_(positions), rope_(c.pos == "rope") {
     if (c.moe_block(index)) {
-      moe = std::make_shared<rg::nn::MoE>(c.d_model, c.moe_options());
-      if (ep) moe = std::make_shared<rg::parallel::ExpertParallelMoE>(*moe, *ep);
+      // Under ep this rank's experts only, made as the whole layer's would be.
+      if (ep)
+        moe = std::make_shared<rg::parallel::ExpertParallelMoE>(c.d_model, c.moe_options(), *ep);
+      else
+        moe = std::make_shared<rg::nn::MoE>(c.d_model, c.moe_options());
     } else if (c.mlp == "swiglu") {
       mlp = std::make_shared<rg::nn::SwiGLU>(c.d_model, c.hidden());
     } else {

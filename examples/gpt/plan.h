@@ -436,9 +436,11 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
   // windows, then its replica's rows (contiguous copies), then its cp shard.
   const double data = 2 * 8 * (double(l.dp * l.batch * l.grad_accum) * double(c.seq) +
                                double(l.batch * l.grad_accum) * double(c.seq) * (l.cp > 1 ? 1 + 1.0 / double(l.cp) : 1));
-  // The whole model's units (0: the embeddings and final norm; 1…L: the blocks), and its largest block.
+  // The whole model's units (0: the embeddings and final norm; 1…L: the blocks, each with its
+  // rank's experts only: ExpertParallelMoE makes them in place), and its largest block.
   std::vector<double> whole_units(size_t(c.layers + 1), 0);
-  for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1)) whole_units[size_t(p.unit)] += double(p.numel);
+  for (const ParamTensor& p : parameter_tensors(c, 1, 0, 1, l.ep))
+    whole_units[size_t(p.unit)] += double(p.numel);
   const double whole_block = *std::max_element(whole_units.begin() + 1, whole_units.end());
   for (int64_t s = 0; s < l.pp; ++s) {
     const std::vector<ParamTensor> ts = parameter_tensors(c, l.tp, s, l.pp, l.ep, l.virtual_stages);
@@ -556,14 +558,6 @@ inline Plan plan(const GPTConfig& c, const PlanLayout& l) {
     // Under --tp/--pp the model's making (StageBlocks, gpt/parallel.h): the stage's parameters
     // so far, the whole embeddings and final norm, and one whole block being cut.
     if (four_d) r.peak = std::max(r.peak, r.params + 4 * (whole_units.front() + whole_block));
-    // Under --ep each MoE layer is made whole, then this rank's experts copied out of it.
-    if (l.ep > 1 && !four_d) {
-      std::vector<ParamTensor> whole_moe;
-      moe_tensors(c, 1, 0, whole_moe);
-      double moe_numel = 0;
-      for (const ParamTensor& p : whole_moe) moe_numel += double(p.numel);
-      r.peak = std::max(r.peak, r.params + 4 * moe_numel);
-    }
 
     // Bytes sent in one step (parallel/communicator.h counts an all-reduce of n bytes over g
     // ranks as 2(g−1)/g·n, a broadcast or reduce (g−1)/g·n, an all-gather (g−1)·its input,

@@ -121,6 +121,18 @@ void run(par::Communicator& world, Layout lay) {
       same = full[i].first == want[i].first && max_diff(full[i].second, want[i].second) == 0;
     check(same, tag + ": full_state_dict = the whole layer's state_dict");
   }
+  {  // made in place, without the whole layer: the same share, the generator left alike
+    const double next = rg::randn({1}).item();
+    rg::manual_seed(7);
+    par::ExpertParallelMoE made(dim, options(lay.capacity), mesh.group("ep"));
+    made.to(rg::kFloat64);
+    const rg::NamedTensors got = made.state_dict(), want = moe.state_dict();
+    bool same = got.size() == want.size() && rg::randn({1}).item() == next;
+    for (size_t i = 0; same && i < got.size(); ++i)
+      same = got[i].first == want[i].first && max_diff(got[i].second, want[i].second) == 0;
+    check(same, tag + ": made in place = cut from the whole layer");
+    rg::manual_seed(8);
+  }
   rg::Tensor x = rg::randn({N * tokens, dim}, {.dtype = rg::kFloat64});
   rg::Tensor target = rg::randn({N * tokens, dim}, {.dtype = rg::kFloat64});
   const int64_t first = rank * tokens;
