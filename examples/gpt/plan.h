@@ -23,11 +23,11 @@
 //               ones (zero1, zero2), or one flat shard per unit (fsdp).
 //   activations what forward keeps for backward (examples/memory_budget.cpp derives the
 //               float32 counts for GPT-2's blocks; Llama's options, which keep more, are in
-//               bytes_kept, in float32 and under autocast): per block 16·b·T·E + (4 + H)·b·T
-//               numbers for b sequences of T tokens (T/cp under context parallelism), E wide, H
-//               heads; with --tp t the attention's and MLP's inner tensors are split: 4·bTE +
-//               12·bTE/t + (4 + H/t)·bT; --recompute selective keeps the attention half only (7·bTE
-//               + (2 + H)·bT), full the block's input only (bTE).
+//               bytes_kept, in float32 and under autocast): per block 16·b·T·E + (4 + H)·b·T numbers for
+//               b sequences of T tokens (T/cp under context parallelism), E wide, H heads;
+//               with --tp t the attention's and MLP's inner tensors are split:
+//               4·bTE + 12·bTE/t + (4 + H/t)·bT; --recompute selective keeps the attention
+//               half only (7·bTE + (2 + H)·bT), full the block's input only (bTE).
 //               --sequence-parallel: the four whole bTE (the block's input, its middle
 //               residual, the two norms' outputs, which the split GEMMs keep as shards and
 //               gather again in backward) are 1/t each: 4·bTE/t + 12·bTE/t + (4 + H)/t·bT;
