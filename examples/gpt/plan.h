@@ -231,6 +231,7 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b, bool m
   const double s = l.sequence_shards();
   const double merge = l.merge_is_view ? 0 : bTE / t;  // the heads merged by a copy (the GEMM route)
   Kept k;
+  double mlp = 0;  // bytes of the dense MLP's kept tensors: what an MoE block keeps instead
   // The MLP's backward: the hidden layer's gradients before and after GELU, the block input's,
   // fc's weight's (SwiGLU: those of w1's, w3's and the product, and their weights').
   const double hidden = double(c.hidden());
@@ -259,6 +260,7 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b, bool m
     if (c.mlp == "swiglu") mlp_extra += (5 * hidden * bT - 8 * bTE) / t;
     // (x, y and the norms' two outputs, as their GEMMs keep them; each norm's two statistics)
     const double whole = 4 * (4 * bTE / s + 12 * bTE / t + merge + (4 / s + H / t) * bT + attention_extra + mlp_extra);
+    mlp = 4 * (c.mlp == "swiglu" ? 5 * hidden * bT : 8 * bTE) / t;  // the hidden tensors
     k.block_whole = whole;
     if (c.recompute == "full")
       k.block = 4 * bTE / s;
@@ -293,6 +295,9 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b, bool m
     if (l.weights_cached()) attention_copies = mlp_copies = head_copies = 0;
     const double whole = 4 * 2 * bTE / s + 2 * 2 * bTE / s + 2 * 13 * bTE / t + 4 * 4 * bT / s + 4 * H / t * bT +
                          attention_copies + mlp_copies + attention_extra + mlp_extra;
+    // (the hidden tensors, the weights' copies, SwiGLU's second cast of its input)
+    mlp = 2 * (c.mlp == "swiglu" ? 5 * hidden * bT : 8 * bTE) / t + mlp_copies +
+          (c.mlp == "swiglu" && !l.sequence_parallel ? 2 * bTE : 0);
     k.block_whole = whole;
     if (c.recompute == "full")
       k.block = 4 * bTE / s;
@@ -304,18 +309,9 @@ inline Kept bytes_kept(const GPTConfig& c, const PlanLayout& l, double b, bool m
     k.head = 4 * bTE / s + 2 * bTE / s + 4 * 2 * bT / s + head_copies + 4 * bT * V / t + 4 * bT + head_extra;
   }
   if (moe) {
-    // The dense MLP's hidden tensors (and under autocast its weights' copies and SwiGLU's
-    // second cast of its input) give way to the MoE's (moe_kept); a recomputed block keeps
+    // The dense MLP's kept tensors give way to the MoE's (moe_kept); a recomputed block keeps
     // the same either way.
-    const double units = (c.mlp == "swiglu" ? 5 : 2) * hidden * bT / t;
-    const double dense = l.precision == "fp32"
-                             ? 4 * units
-                             : 2 * units +
-                                   (l.weights_cached() ? 0
-                                                       : (c.mlp == "swiglu" ? 2 * 3 * hidden * E / t
-                                                                            : 2 * 8 * E * E / t)) +
-                                   (c.mlp == "swiglu" && !l.sequence_parallel ? 2 * bTE : 0);
-    const double delta = moe_kept(c, l, b) - dense;
+    const double delta = moe_kept(c, l, b) - mlp;
     k.block_whole += delta;
     if (c.recompute == "none") k.block += delta;
     moe_backward(c, l, b, k);
@@ -370,8 +366,7 @@ inline Work work(const GPTConfig& c, const PlanLayout& l, double b, double block
     if (c.recompute == "selective") block += mlp;
     return block;
   };
-  const double N = bT / l.sequence_shards(), top_k = double(c.experts_per_token);
-  const double rows = top_k * N * (c.capacity_factor > 0 ? std::min(1.0, c.capacity_factor) : 1.0);
+  const auto [N, rows] = moe_rows(c, l, b);
   const double moe_gemms =
       2 * N * E * double(c.experts) +
       (c.mlp == "swiglu" ? 3 : 2) * 2 * E * hidden * (rows + N * double(c.shared_experts));

@@ -36,13 +36,24 @@ inline void moe_tensors(const GPTConfig& c, int64_t ep, int64_t unit, std::vecto
   if (c.shared_experts > 0) mlp(c.shared_experts * h, false);
 }
 
+// The tokens an MoE layer on one rank routes for b sequences — b·T (T/cp under context
+// parallelism), 1/tp of them under sequence parallelism, whole on every tp rank otherwise —
+// and the rows it sends to the experts: k a token, at most a capacity factor below 1 of them.
+struct MoERows {
+  double tokens, routed;
+};
+inline MoERows moe_rows(const GPTConfig& c, const PlanLayout& l, double b) {
+  const double N = b * double(c.seq / l.cp) / l.sequence_shards();
+  const double kept = c.capacity_factor > 0 ? std::min(1.0, c.capacity_factor) : 1.0;
+  return {N, double(c.experts_per_token) * N * kept};
+}
+
 // An MoE block's backward (bytes above what it frees): the gradients of the R rows' outputs
 // and inputs, and one expert's hidden gradients at a time (R·ep/E rows each); recomputed, the
 // MoE's whole activations are moe_kept's and the gradients those and one expert's weights'.
 inline void moe_backward(const GPTConfig& c, const PlanLayout& l, double b, Kept& k) {
-  const double N = b * double(c.seq / l.cp) / l.sequence_shards(), d = double(c.d_model);
-  const double E = double(c.experts), h = double(c.hidden());
-  const double R = double(c.experts_per_token) * N * (c.capacity_factor > 0 ? std::min(1.0, c.capacity_factor) : 1.0);
+  const auto [N, R] = moe_rows(c, l, b);
+  const double d = double(c.d_model), E = double(c.experts), h = double(c.hidden());
   const double computed = R * (l.ep > 1 ? l.expert_rows : 1);  // the rows this rank's experts run
   const double per_expert = computed * double(l.ep) / E, weights = (c.mlp == "swiglu" ? 3 : 2) * h * d;
   const double unit = l.precision == "fp32" ? (c.mlp == "swiglu" ? 8 : 5) : 7.5;
@@ -64,17 +75,16 @@ inline double expert_rows_bound(const GPTConfig& c, const PlanLayout& l) {
 // each of the R = k·N rows this rank routes (fewer under a capacity factor below 1) its
 // experts' output and its gate, and for each row its experts compute the row and its hidden
 // tensors (GELU's two of h, SwiGLU's five); the shared experts' hidden tensors for all N
-// tokens. N: the tokens this rank routes, b·T (T/cp under context parallelism), 1/tp of them
-// under sequence parallelism; whole on every tp rank otherwise. Without --ep a rank computes
+// tokens (N, R: moe_rows). Without --ep a rank computes
 // the rows it routes, however the router spreads them; under --ep the rows its experts were
 // sent, R·expert_rows (1: the router spreading the tokens evenly, which the load-balance loss
 // pushes it towards; expert_rows_bound: the most). Under autocast the experts' tensors are 16-bit
 // (SwiGLU casts its input twice) and, where the step does not share one copy, each GEMM
 // keeps a 16-bit copy of its weight; the scores, gates and sums stay float32.
 inline double moe_kept(const GPTConfig& c, const PlanLayout& l, double b) {
-  const double N = b * double(c.seq / l.cp) / l.sequence_shards(), d = double(c.d_model);
-  const double E = double(c.experts), k = double(c.experts_per_token), h = double(c.hidden());
-  const double R = k * N * (c.capacity_factor > 0 ? std::min(1.0, c.capacity_factor) : 1.0);
+  const auto [N, R] = moe_rows(c, l, b);
+  const double d = double(c.d_model), E = double(c.experts), k = double(c.experts_per_token);
+  const double h = double(c.hidden());
   const double Rx = R * (l.ep > 1 ? l.expert_rows : 1);  // the rows this rank's experts run
   const double units = (c.mlp == "swiglu" ? 5 : 2) * h, shared = double(c.shared_experts);
   const double routing = 4 * N * E + 4 * N * (k + 1) + 4 * R;
@@ -104,9 +114,8 @@ inline double moe_kept(const GPTConfig& c, const PlanLayout& l, double b) {
 inline void moe_traffic(const GPTConfig& c, const PlanLayout& l, double b, double layers, Traffic& sent) {
   using K = par::Collective;
   const double forwards = layers * (c.recompute == "none" ? 1 : 2);
-  const double N = b * double(c.seq / l.cp) / l.sequence_shards(), d = double(c.d_model);
+  const double R = moe_rows(c, l, b).routed, d = double(c.d_model);
   const double E = double(c.experts), k = double(c.experts_per_token);
-  const double R = k * N * (c.capacity_factor > 0 ? std::min(1.0, c.capacity_factor) : 1.0);
   if (l.ep > 1) {
     const double away = double(l.ep - 1) / double(l.ep), out = l.precision == "fp32" ? 4 : 2;
     sent.add(Axis::Data, K::AllToAll, forwards, std::floor(away * 8 * E));  // the counts

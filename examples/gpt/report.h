@@ -140,8 +140,8 @@ inline void print_plan(const GPTConfig& config, const PlanLayout& layout, const 
               config.recompute.c_str(), static_cast<long long>(layout.grad_accum), r.params / 1e6, r.grads / 1e6,
               r.optim / 1e6, r.comm / 1e6);
   std::printf(" activations_mb=%.6f peak_mb=%.6f", r.activations / 1e6, r.peak / 1e6);
-  if (layout.ep >
-      1) {  // the experts' rows follow the routing: the peak with the most a rank can get
+  // Under --ep the experts' rows follow the routing: also the peak with the most a rank can get.
+  if (layout.ep > 1) {
     PlanLayout most = layout;
     most.expert_rows = expert_rows_bound(config, layout);
     std::printf(" peak_bound_mb=%.6f", plan(config, most).largest.peak / 1e6);

@@ -114,23 +114,23 @@ void run(par::Communicator& world, Layout lay) {
   whole.to(rg::kFloat64);
   par::ExpertParallelMoE moe(whole, mesh.group("ep"));
   check(moe.local_experts() == 12 / ep, tag + ": experts per rank");
-  {  // the whole layer's state, gathered from the ep ranks: the whole's, name by name
-    const rg::NamedTensors full = moe.full_state_dict(), want = whole.state_dict();
-    bool same = full.size() == want.size();
-    for (size_t i = 0; same && i < full.size(); ++i)
-      same = full[i].first == want[i].first && max_diff(full[i].second, want[i].second) == 0;
-    check(same, tag + ": full_state_dict = the whole layer's state_dict");
-  }
+  // Two states alike: the same names in the same order, the same values exactly.
+  auto same_state = [](const rg::NamedTensors& a, const rg::NamedTensors& b) {
+    bool same = a.size() == b.size();
+    for (size_t i = 0; same && i < a.size(); ++i)
+      same = a[i].first == b[i].first && max_diff(a[i].second, b[i].second) == 0;
+    return same;
+  };
+  // The whole layer's state, gathered from the ep ranks: the whole's, name by name.
+  check(same_state(moe.full_state_dict(), whole.state_dict()),
+        tag + ": full_state_dict = the whole layer's state_dict");
   {  // made in place, without the whole layer: the same share, the generator left alike
     const double next = rg::randn({1}).item();
     rg::manual_seed(7);
     par::ExpertParallelMoE made(dim, options(lay.capacity), mesh.group("ep"));
     made.to(rg::kFloat64);
-    const rg::NamedTensors got = made.state_dict(), want = moe.state_dict();
-    bool same = got.size() == want.size() && rg::randn({1}).item() == next;
-    for (size_t i = 0; same && i < got.size(); ++i)
-      same = got[i].first == want[i].first && max_diff(got[i].second, want[i].second) == 0;
-    check(same, tag + ": made in place = cut from the whole layer");
+    check(same_state(made.state_dict(), moe.state_dict()) && rg::randn({1}).item() == next,
+          tag + ": made in place = cut from the whole layer");
     rg::manual_seed(8);
   }
   rg::Tensor x = rg::randn({N * tokens, dim}, {.dtype = rg::kFloat64});
