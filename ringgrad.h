@@ -33,3 +33,4 @@
 #include "ringgrad/optim/grad_scaler.h"
 #include "ringgrad/optim/optimizer.h"
 #include "ringgrad/optim/schedule.h"
+#include "ringgrad/optim/sharded_checkpoint.h"

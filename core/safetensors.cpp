@@ -169,12 +169,12 @@ NamedTensors to(const NamedTensors& tensors, DType dtype) {
   return out;
 }
 
-void save_safetensors(const NamedTensors& tensors, const std::string& path,
-                      const std::map<std::string, std::string>& metadata) {
-  std::vector<Tensor> host_tensors;
-  std::string header = build_header(tensors, metadata, host_tensors);
-  uint64_t header_size = header.size();
+namespace {
 
+// Writes `parts` one after the other to a temporary file beside `path`, syncs it, renames
+// it over `path` and syncs the directory; any failure removes the temporary and throws.
+void write_atomically(const std::string& path,
+                      const std::vector<std::pair<const void*, size_t>>& parts) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   File f(std::fopen(tmp.c_str(), "wb"));
   if (!f) save_failed(path, "creating", tmp, errno);
@@ -187,14 +187,10 @@ void save_safetensors(const NamedTensors& tensors, const std::string& path,
     ::unlink(tmp.c_str());
     save_failed(path, step, tmp, err);
   };
-  auto write_bytes = [&](const void* data, size_t size) {
+  for (const auto& [data, size] : parts) {
     errno = 0;
     check(size == 0 || std::fwrite(data, 1, size, f.get()) == size, "writing");
-  };
-
-  write_bytes(&header_size, sizeof header_size);  // little-endian host: the bytes are as stored
-  write_bytes(header.data(), header.size());
-  for (const Tensor& t : host_tensors) write_bytes(t.raw_data(), t.nbytes());
+  }
   check(std::fflush(f.get()) == 0, "flushing");
   check(::fsync(::fileno(f.get())) == 0, "syncing");
   check(std::fclose(f.release()) == 0, "closing");
@@ -202,6 +198,24 @@ void save_safetensors(const NamedTensors& tensors, const std::string& path,
 
   std::string dir = std::filesystem::path(path).parent_path().string();
   sync_directory(path, dir.empty() ? "." : dir);
+}
+
+}  // namespace
+
+void save_safetensors(const NamedTensors& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<Tensor> host_tensors;
+  std::string header = build_header(tensors, metadata, host_tensors);
+  uint64_t header_size = header.size();
+  // little-endian host: the length's bytes are as stored
+  std::vector<std::pair<const void*, size_t>> parts{{&header_size, sizeof header_size},
+                                                    {header.data(), header.size()}};
+  for (const Tensor& t : host_tensors) parts.emplace_back(t.raw_data(), t.nbytes());
+  write_atomically(path, parts);
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  write_atomically(path, {{bytes.data(), bytes.size()}});
 }
 
 // ---------------------------------------------------------------- loading
@@ -344,8 +358,16 @@ void check_coverage(const std::string& path, const std::vector<Entry>& entries,
 
 }  // namespace
 
-NamedTensors load_safetensors(const std::string& path,
-                              std::map<std::string, std::string>* metadata) {
+namespace {
+
+// A file opened and its header read and checked: the entries in file order, the metadata.
+struct Opened {
+  File f;
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> meta;
+};
+
+Opened open_checked(const std::string& path) {
   // Checked before opening: opening a FIFO for reading blocks until a writer comes
   // (forever, for a stray one).
   struct stat st {};
@@ -378,11 +400,10 @@ NamedTensors load_safetensors(const std::string& path,
 
   // ---- entries ----
   const uint64_t buffer_size = file_size - 8 - header_size;
-  std::map<std::string, std::string> meta;
-  std::vector<Entry> entries;
+  Opened out{std::move(f), {}, {}};
   for (const auto& [name, value] : header.items()) {
     if (name != kMetadataKey) {
-      entries.push_back(parse_entry(path, name, value, buffer_size));
+      out.entries.push_back(parse_entry(path, name, value, buffer_size));
       continue;
     }
     if (!value.is_object())
@@ -391,21 +412,28 @@ NamedTensors load_safetensors(const std::string& path,
       if (!v.is_string())
         bad_file(path, "expected __metadata__ values to be strings, got ", v.dump(), " for '", key,
                  "'");
-      meta[key] = v.get<std::string>();
+      out.meta[key] = v.get<std::string>();
     }
   }
   // File order: by byte range; empty tensors sit before a non-empty one at the same offset.
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  std::stable_sort(out.entries.begin(), out.entries.end(), [](const Entry& a, const Entry& b) {
     return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
   });
-  check_coverage(path, entries, buffer_size);
+  check_coverage(path, out.entries, buffer_size);
+  return out;
+}
 
+}  // namespace
+
+NamedTensors load_safetensors(const std::string& path,
+                              std::map<std::string, std::string>* metadata) {
+  Opened file = open_checked(path);
   // ---- data: the ranges tile the buffer, so one sequential pass reads it all ----
   NamedTensors out;
-  out.reserve(entries.size());
-  for (const Entry& e : entries) {
+  out.reserve(file.entries.size());
+  for (const Entry& e : file.entries) {
     Tensor t = empty(e.shape, {.dtype = e.dtype});
-    read_exact(f.get(), t.raw_data(), t.nbytes(), path,
+    read_exact(file.f.get(), t.raw_data(), t.nbytes(), path,
                ("data for tensor '" + e.name + "'").c_str());
     if (e.dtype == kBool) {  // any byte other than 0 or 1 would be an invalid C++ bool
       auto* bytes = static_cast<unsigned char*>(t.raw_data());
@@ -413,7 +441,16 @@ NamedTensors load_safetensors(const std::string& path,
     }
     out.emplace_back(e.name, std::move(t));
   }
-  if (metadata) *metadata = std::move(meta);
+  if (metadata) *metadata = std::move(file.meta);
+  return out;
+}
+
+std::vector<SafetensorsEntry> read_safetensors_header(
+    const std::string& path, std::map<std::string, std::string>* metadata) {
+  Opened file = open_checked(path);
+  std::vector<SafetensorsEntry> out;
+  for (const Entry& e : file.entries) out.push_back({e.name, e.dtype, e.shape});
+  if (metadata) *metadata = std::move(file.meta);
   return out;
 }
 

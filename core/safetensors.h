@@ -59,4 +59,18 @@ NamedTensors to(const NamedTensors& tensors, DType dtype);
 NamedTensors load_safetensors(const std::string& path,
                               std::map<std::string, std::string>* metadata = nullptr);
 
+// The header alone, checked as load_safetensors checks it, without reading the data: each
+// tensor's name, dtype and shape in file order, and (when given) the metadata.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+std::vector<SafetensorsEntry> read_safetensors_header(
+    const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+
+// Writes `bytes` to `path` as save_safetensors writes: a temporary beside it, synced, then
+// renamed over it (a crash leaves the old file or the new one, never a part).
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
 }  // namespace ringgrad

@@ -121,12 +121,7 @@ int remove_stale_temporaries(const std::string& path) {
   return removed;
 }
 
-void save_checkpoint(const Checkpoint& c, const std::string& path) {
-  remove_stale_temporaries(path);
-  NamedTensors tensors;
-  tensors.reserve(c.model.size() + c.optimizer.size());
-  for (const auto& [key, t] : c.model) tensors.emplace_back(kModel + key, t);
-  for (const auto& [key, t] : c.optimizer) tensors.emplace_back(kOptim + key, t);
+std::map<std::string, std::string> checkpoint_metadata(const Checkpoint& c) {
   std::map<std::string, std::string> meta{
       {"format", kFormat},
       {"version", kVersion},
@@ -144,7 +139,16 @@ void save_checkpoint(const Checkpoint& c, const std::string& path) {
     meta["rng." + name + ".seed"] = std::to_string(g.seed());
     meta["rng." + name + ".offset"] = std::to_string(g.offset());
   }
-  save_safetensors(tensors, path, meta);
+  return meta;
+}
+
+void save_checkpoint(const Checkpoint& c, const std::string& path) {
+  remove_stale_temporaries(path);
+  NamedTensors tensors;
+  tensors.reserve(c.model.size() + c.optimizer.size());
+  for (const auto& [key, t] : c.model) tensors.emplace_back(kModel + key, t);
+  for (const auto& [key, t] : c.optimizer) tensors.emplace_back(kOptim + key, t);
+  save_safetensors(tensors, path, checkpoint_metadata(c));
 }
 
 AsyncCheckpointWriter::~AsyncCheckpointWriter() {
@@ -183,10 +187,8 @@ void AsyncCheckpointWriter::save(Checkpoint c, const std::string& path) {
   });
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
-  remove_stale_temporaries(path);
-  std::map<std::string, std::string> meta;
-  NamedTensors tensors = load_safetensors(path, &meta);
+Checkpoint checkpoint_from_metadata(const std::map<std::string, std::string>& meta,
+                                    const std::string& path) {
   const std::string& format = required(meta, path, "format");
   RG_CHECK(format == kFormat, "load_checkpoint", "'", path, "': expected format '", kFormat,
            "', got '", format,
@@ -238,7 +240,16 @@ Checkpoint load_checkpoint(const std::string& path) {
   for (const auto& [name, g] : c.generators)
     for (const char* field : {".seed", ".offset"})
       required(meta, path, "rng." + name + field);
+  RG_CHECK(!c.optimizer_meta.empty(), "load_checkpoint", "'", path,
+           "': expected the optimizer's state (optim.<key> metadata), found none");
+  return c;
+}
 
+Checkpoint load_checkpoint(const std::string& path) {
+  remove_stale_temporaries(path);
+  std::map<std::string, std::string> meta;
+  NamedTensors tensors = load_safetensors(path, &meta);
+  Checkpoint c = checkpoint_from_metadata(meta, path);
   for (auto& [key, t] : tensors) {
     if (starts_with(key, kModel)) {
       c.model.emplace_back(key.substr(6), std::move(t));
@@ -249,9 +260,8 @@ Checkpoint load_checkpoint(const std::string& path) {
            key, "'");
     }
   }
-  RG_CHECK(!c.model.empty(), "load_checkpoint", "'", path, "': expected the model's tensors (model.<key>), found none");
-  RG_CHECK(!c.optimizer_meta.empty(), "load_checkpoint", "'", path,
-           "': expected the optimizer's state (optim.<key> metadata), found none");
+  RG_CHECK(!c.model.empty(), "load_checkpoint", "'", path,
+           "': expected the model's tensors (model.<key>), found none");
   return c;
 }
 

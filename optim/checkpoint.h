@@ -9,7 +9,8 @@
 //   ...
 //   rg::Checkpoint ckpt = rg::load_checkpoint("run.ckpt");
 //   rg::restore(ckpt, model, opt, &schedule, &scaler);            // and the default generator
-//   for (epoch = ckpt.progress.epoch; ...) for (batch : loader.starting_at(ckpt.progress.batch)) ...
+//   for (epoch = ckpt.progress.epoch; ...) for (batch : loader.starting_at(ckpt.progress.batch))
+//   ...
 //
 // What PyTorch users write as torch.save({"model": …, "optimizer": …, "epoch": …}, path).
 // Everything a run needs to continue exactly where it was lies in one safetensors file:
@@ -23,16 +24,17 @@
 //             schedule.<key>                              the LR schedule's state_dict (if any):
 //                                                         steps, and e.g. ReduceLROnPlateau's best
 //             grad_scaler.<key>                           an enabled GradScaler's state_dict (fp16
-//                                                         runs): scale, _growth_tracker, growth_factor,
-//                                                         backoff_factor, growth_interval; none when
-//                                                         the scaler is disabled or not given
+//                                                         runs): scale, _growth_tracker,
+//                                                         growth_factor, backoff_factor,
+//                                                         growth_interval; none when the scaler is
+//                                                         disabled or not given
 //             run.<key>                                   what defines the run (batch size, seed…)
 //
 // One file, renamed into place only once it is whole on disk (save_safetensors), so a
 // crash or kill -9 at any moment leaves either the previous checkpoint or the new one —
 // never a model from one step beside an optimizer from another, which two files renamed
-// one after the other can. (Several files — a sharded checkpoint — would need a manifest
-// written last; every strategy here gathers its state on one rank first, so one file does.)
+// one after the other can. (Several files — each rank's pieces, not gathered — need a
+// manifest written last: sharded_checkpoint.h, the same metadata beside the pieces.)
 // A killed save leaves PATH.tmp.<pid>; the next save or load of PATH removes those whose
 // process is gone (remove_stale_temporaries).
 //
@@ -97,6 +99,13 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
 
 // Reads and checks a checkpoint file; errors name the file, the key and the value.
 Checkpoint load_checkpoint(const std::string& path);
+
+// The metadata part alone, both ways (the sharded form, sharded_checkpoint.h, keeps the same
+// map in its manifest): everything but the tensors as strings, and back, checked as
+// load_checkpoint checks it (errors name `source`).
+std::map<std::string, std::string> checkpoint_metadata(const Checkpoint& checkpoint);
+Checkpoint checkpoint_from_metadata(const std::map<std::string, std::string>& metadata,
+                                    const std::string& source);
 
 // Writes checkpoints on a background thread while training goes on (torch.distributed.
 // checkpoint's async_save):

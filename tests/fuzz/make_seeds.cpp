@@ -21,6 +21,7 @@
 #include <string>
 
 #include "optimizers.h"
+#include "sharded_example.h"
 
 namespace rg = ringgrad;
 namespace fs = std::filesystem;
@@ -157,6 +158,27 @@ void checkpoint_seeds(const fs::path& dir) {
   write_bytes(dir / "bad-truncated.ckpt", good.substr(0, good.size() - 9));
 }
 
+// The manifest of sharded_example.h (the harness writes the same shard files), and edits of
+// it: a gap in a tensor, a file index out of range, a bad dtype, a wrong CRC.
+void sharded_manifest_seeds(const fs::path& dir) {
+  const fs::path shards = fs::temp_directory_path() / "ringgrad_make_seeds_shards";
+  fs::remove_all(shards);
+  fuzz::write_sharded_example(shards.string());
+  const std::string good = read_bytes(shards / "manifest.json");
+  fs::remove_all(shards);
+  write_bytes(dir / "example.json", good);
+  auto edit = [&](const std::string& name, const std::string& from, const std::string& to) {
+    std::string s = good;
+    const size_t at = s.find(from);
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    write_bytes(dir / name, s);
+  };
+  edit("bad-gap.json", "\"shape\": [\n    4", "\"shape\": [\n    5");
+  edit("bad-file.json", "\"file\": 1", "\"file\": 7");
+  edit("bad-dtype.json", "\"float32\"", "\"float33\"");
+  edit("bad-crc.json", "\"crc32\": ", "\"crc32\": 1");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,7 +190,8 @@ int main(int argc, char** argv) {
   for (auto [name, write] : {std::pair{"fuzz_idx", &idx_seeds},
                              std::pair{"fuzz_safetensors", &safetensors_seeds},
                              std::pair{"fuzz_optim_state", &optim_seeds},
-                             std::pair{"fuzz_checkpoint", &checkpoint_seeds}}) {
+                             std::pair{"fuzz_checkpoint", &checkpoint_seeds},
+                             std::pair{"fuzz_sharded_manifest", &sharded_manifest_seeds}}) {
     fs::create_directories(root / name);
     write(root / name);
     for (auto& f : fs::directory_iterator(root / name))
