@@ -38,7 +38,8 @@ struct Checkpointing {
 
   void add_options(CLI::App& app) {
     app.add_option("--save", save_path,
-                   "write a checkpoint (model, optimizer, progress) to PATH at the end");
+                   "write a checkpoint (model, optimizer, progress) to PATH at the end: one file, or "
+                   "a directory of each rank's pieces when PATH ends in '/' or is a directory");
     app.add_option("--save-every", save_every, "also every N steps (with --save)")
         ->check(CLI::NonNegativeNumber);
     app.add_option("--resume", resume_path, "continue exactly where the checkpoint at PATH left off");
@@ -61,7 +62,17 @@ struct Checkpointing {
     RG_CHECK(!save_async || !save_path.empty(), "--save-async", "expected --save PATH to say where to write");
     RG_CHECK(!auto_resume || (!save_path.empty() && resume_path.empty()), "--auto-resume",
              "expected --save PATH (the file to continue from) and no --resume");
-    if (auto_resume && std::filesystem::exists(save_path)) resume_path = save_path;
+    RG_CHECK(!save_async || !sharded(), "--save-async", "expected --save FILE: a directory of "
+             "shards ('", save_path, "') is written synchronously (asynchronous sharded saves are "
+             "not built yet)");
+    // (a directory: once a save has committed its manifest)
+    if (auto_resume && (sharded() ? ringgrad::is_sharded_checkpoint(save_path) : std::filesystem::exists(save_path)))
+      resume_path = save_path;
+  }
+
+  // --save names a directory of shards (optim/sharded_checkpoint.h): it ends in '/' or is one.
+  bool sharded() const {
+    return !save_path.empty() && (save_path.back() == '/' || std::filesystem::is_directory(save_path));
   }
 
   // Where a run is after `step` steps, `batch` of them in epoch `epoch` (of `per_epoch`
@@ -85,7 +96,9 @@ struct Checkpointing {
                                  ringgrad::Checkpoint* loaded = nullptr,
                                  ringgrad::optim::GradScaler* scaler = nullptr) const {
     if (resume_path.empty()) return {};
-    ringgrad::Checkpoint c = ringgrad::load_checkpoint(resume_path);
+    ringgrad::Checkpoint c = std::filesystem::is_directory(resume_path)
+                                 ? ringgrad::load_sharded_as_checkpoint(resume_path)
+                                 : ringgrad::load_checkpoint(resume_path);
     ringgrad::check_run(c, world_size, run);
     ringgrad::restore(c, model, opt, schedule, scaler);
     if (loaded) *loaded = c;
@@ -114,6 +127,8 @@ struct Checkpointing {
   void write(ringgrad::Checkpoint c) const {
     if (save_async)
       writer_->save(std::move(c), save_path);
+    else if (sharded())  // one rank's pieces: every tensor whole
+      ringgrad::save_sharded_checkpoint(c, save_path);
     else
       ringgrad::save_checkpoint(c, save_path);
   }

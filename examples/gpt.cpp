@@ -82,7 +82,11 @@
 // (--dp/--pp/--cp/--tp: gpt/stage_state.h puts the stages' slices together and cuts them
 // again; --ep: every expert gathered from its ep rank) and world size, and under the same
 // ones ends with the same bits as a run never stopped (each step's batch is drawn from the
-// seed and the step).
+// seed and the step). --save DIR/ (a path ending in '/', or a directory) writes a sharded
+// checkpoint instead: each rank the pieces it holds, nothing gathered, rank 0 a manifest
+// last (optim/sharded_checkpoint.h, gpt/sharded_state.h); --resume DIR reads, on each rank,
+// the pieces it needs, under any layout. build/bin/convert_checkpoint turns one form into
+// the other.
 // --max-steps N stops after step N (the schedule still spans --steps), to resume later.
 // --trace FILE.json writes a Chrome trace of one step: FSDP's all-gathers and
 // reduce-scatters, DDP's buckets or the ring's K/V transfers on each rank's comm track.
@@ -123,6 +127,7 @@
 #include <ringgrad/parallel/context_parallel.h>
 #include <ringgrad/parallel/ddp.h>
 #include <ringgrad/parallel/device_mesh.h>
+#include <ringgrad/parallel/distributed_checkpoint.h>
 #include <ringgrad/parallel/fsdp.h>
 #include <ringgrad/parallel/grad_scaler_sync.h>
 #include <ringgrad/parallel/pipeline.h>
@@ -152,6 +157,7 @@
 #include "gpt/parallel.h"  // its tensor- and pipeline-parallel pieces: ParallelBlock, Stage
 #include "gpt/plan.h"      // --plan: what each rank will hold, before the run
 #include "gpt/report.h"    // --budget, --plan, --check-plan: the formulas beside the measurements
+#include "gpt/sharded_state.h"  // --save DIR/: each rank's own pieces of the state
 #include "gpt/trainer.h"   // the model under a strategy: forward, backward, clip, step, save
 #include "gpt/plan_options.h" // --plan, --world, --machine, --check-plan
 #include "gpt_text.h"
@@ -465,36 +471,62 @@ int main(int argc, char** argv) {
     }
     int64_t start_step = 0;
     if (!ckpt.resume_path.empty()) {
-      rg::Checkpoint c = rg::load_checkpoint(ckpt.resume_path);
+      // One file (the whole state, cut here) or a directory of shards (each rank reads the
+      // pieces it holds here, whatever layout wrote them: gpt/sharded_state.h).
+      const bool sharded = std::filesystem::is_directory(ckpt.resume_path);
+      std::optional<rg::ShardedCheckpoint> pieces;
+      rg::Checkpoint c;
+      if (sharded)
+        pieces = rg::open_sharded_checkpoint(ckpt.resume_path), c = pieces->info;
+      else
+        c = rg::load_checkpoint(ckpt.resume_path);
       rg::check_run(c, c.world_size, run);  // any world size: the batch is drawn by step
       RG_CHECK(c.schedule_steps == c.progress.step, "gpt", "'", ckpt.resume_path,
                "': expected schedule.steps = step = ", c.progress.step, ", got ", c.schedule_steps);
       // fp16: the GradScaler's scale and growth tracker (checked before anything is loaded;
       // fp32/bf16, whose scaler is disabled, ignore it). The same on every rank.
       rg::restore_grad_scaler(c, trainer.scaler);
-      trainer.load(c.model, c.optimizer, c.optimizer_meta);
+      if (sharded)
+        gpt::load_shards(trainer, *pieces);
+      else
+        trainer.load(c.model, c.optimizer, c.optimizer_meta);
       start_step = c.progress.step;
       schedule.resume_at(start_step);
     }
-    // Rank 0 writes the whole state, gathered by gather_and_save (a collective under ZeRO
-    // and FSDP: every rank calls it), as one checkpoint file.
-    auto write = [&](int64_t step, rg::NamedTensors model_state, rg::NamedTensors optim_state,
-                     std::map<std::string, std::string> optim_meta) {
+    // What a checkpoint holds beside the tensors: the schedule, fp16's scaler (the same on
+    // every rank: they agree on each skipped step; disabled under fp32/bf16, which write
+    // nothing for it), the step, the world, the run's settings and the generator.
+    auto checkpoint_info = [&](int64_t step) {
       rg::Checkpoint c;
-      c.model = std::move(model_state);
-      c.optimizer = std::move(optim_state);
-      c.optimizer_meta = std::move(optim_meta);
       c.schedule_steps = schedule.steps();
-      // fp16's scaler (the same on every rank: they agree on each skipped step); disabled
-      // under fp32/bf16, which write nothing for it.
       if (trainer.scaler.is_enabled()) c.grad_scaler = trainer.scaler.state_dict();
       c.progress = {.step = step};
       c.world_size = world.size();
       c.run = run;
       c.generators["default"] = rg::default_generator();
+      return c;
+    };
+    // --save DIR/ (a directory): every rank writes the pieces it holds (gpt/sharded_state.h),
+    // rank 0 the manifest, last. The optimizer's metadata is rank 0's (the same on every
+    // rank but for its parameter count), counted as a plain AdamW over the whole model.
+    auto save_shards = [&](int64_t step) {
+      rg::Checkpoint c = checkpoint_info(step);
+      gpt::local_optimizer(trainer).state_dict(&c.optimizer_meta);
+      c.optimizer_meta["group.0.size"] = std::to_string(trainer.whole_parameter_names().size());
+      par::save_sharded(ckpt.save_path, c, gpt::shards(trainer), world.communicator(), world.device());
+    };
+    // --save FILE: rank 0 writes the whole state, gathered by gather_and_save (a collective
+    // under ZeRO and FSDP: every rank calls it), as one checkpoint file.
+    auto write = [&](int64_t step, rg::NamedTensors model_state, rg::NamedTensors optim_state,
+                     std::map<std::string, std::string> optim_meta) {
+      rg::Checkpoint c = checkpoint_info(step);
+      c.model = std::move(model_state);
+      c.optimizer = std::move(optim_state);
+      c.optimizer_meta = std::move(optim_meta);
       if (world.is_main()) ckpt.write(std::move(c));  // --save-async: in the background
     };
     auto gather_and_save = [&](int64_t step) {
+      if (ckpt.sharded()) return save_shards(step);
       std::map<std::string, std::string> optim_meta;
       rg::NamedTensors optim_state = trainer.optimizer_state(&optim_meta);
       write(step, trainer.model_state(), std::move(optim_state), std::move(optim_meta));
@@ -700,14 +732,19 @@ int main(int argc, char** argv) {
     // or layout (with --tp or --pp: put together from the tp slices and the stages).
     std::map<std::string, std::string> optim_meta;
     rg::NamedTensors optim_state, model_state;
-    if (!trainer.pipeline || !ckpt.save_path.empty()) {
+    if (ckpt.sharded()) {  // each rank saves its own pieces; the sample's model gathered
+      if (sample_length > 0) model_state = trainer.model_state();
+    } else if (!trainer.pipeline || !ckpt.save_path.empty()) {
       optim_state = trainer.optimizer_state(&optim_meta);
       model_state = trainer.model_state();
     } else if (sample_length > 0) {
       model_state = trainer.whole_from_stages();  // each stage's part (every expert), on pp rank 0
     }
     if (!ckpt.save_path.empty()) {
-      write(std::max(end, start_step), model_state, optim_state, optim_meta);
+      if (ckpt.sharded())
+        save_shards(std::max(end, start_step));
+      else
+        write(std::max(end, start_step), model_state, optim_state, optim_meta);
       ckpt.finish();  // --save-async: on disk before saying so
       if (world.is_main())
         std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(),
