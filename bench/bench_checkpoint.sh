@@ -16,12 +16,17 @@
 #     async_step_s=… sync_save_s=… async_save_s=… sync_cost_s=… async_cost_s=… async_over_sync=…
 # sync_save_s/async_save_s: the stand-still alone; *_cost_s: the whole difference per save
 # (in the background the write still takes a core: on 2 vCPUs, the training's).
+# RINGGRAD_CKPT_DIRECTORY=1: the checkpoints are sharded directories (--save DIR/), each rank
+# writing its own pieces (under the default DDP rank 0 holds them all; pass --strategy fsdp
+# for halves); checkpoint_mb counts the directory's files.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gpt=$root/build/bin/gpt rgrun=$root/scripts/rgrun
 steps=${RINGGRAD_CKPT_STEPS:-30} rounds=${RINGGRAD_CKPT_ROUNDS:-2} every=5
 saves=$(( (steps - 1) / every ))  # at every 5th step but the last (its save is after the loop)
 work=$(mktemp -d)
+target=$work/run.ckpt
+[ "${RINGGRAD_CKPT_DIRECTORY:-0}" = 1 ] && target=$work/run.ckpt/
 trap 'rm -rf "$work"' EXIT
 model=(--steps "$steps" --layers 8 --d-model 512 --heads 8 --seq 128 --batch-size 4 --eval-every 100000
        --eval-batches 1 --sample-length 0 --log-every 100000 "$@")
@@ -30,7 +35,7 @@ declare -A best=() stand=()
 for ((r = 0; r < rounds; r++)); do
   for mode in none sync async; do
     extra=()
-    [ "$mode" = none ] || extra=(--save "$work/run.ckpt" --save-every "$every")
+    [ "$mode" = none ] || extra=(--save "$target" --save-every "$every")
     [ "$mode" = async ] && extra+=(--save-async)
     out=$("$rgrun" -n 2 "$gpt" "${model[@]}" "${extra[@]}" 2>&1) || { echo "$out" >&2; exit 1; }
     step=$(echo "$out" | field step_s) save=$(echo "$out" | field save_s)
@@ -43,7 +48,7 @@ for ((r = 0; r < rounds; r++)); do
   done
 done
 params=$(echo "$out" | sed -nE 's/^gpt: ([0-9]+) parameters.*/\1/p')
-size=$(stat -c %s "$work/run.ckpt")
+size=$(du -sb "$work/run.ckpt" | cut -f1)
 awk -v n="$steps" -v k="$saves" -v p="$params" -v mb="$size" -v none="${best[none]}" -v sync="${best[sync]}" \
     -v async="${best[async]}" -v ss="${stand[sync]}" -v as="${stand[async]}" 'BEGIN {
   sc = (sync - none) * n / k; ac = (async - none) * n / k

@@ -62,18 +62,13 @@ struct Checkpointing {
     RG_CHECK(!save_async || !save_path.empty(), "--save-async", "expected --save PATH to say where to write");
     RG_CHECK(!auto_resume || (!save_path.empty() && resume_path.empty()), "--auto-resume",
              "expected --save PATH (the file to continue from) and no --resume");
-    RG_CHECK(!save_async || !sharded(), "--save-async", "expected --save FILE: a directory of "
-             "shards ('", save_path, "') is written synchronously (asynchronous sharded saves are "
-             "not built yet)");
     // (a directory: once a save has committed its manifest)
     if (auto_resume && (sharded() ? ringgrad::is_sharded_checkpoint(save_path) : std::filesystem::exists(save_path)))
       resume_path = save_path;
   }
 
   // --save names a directory of shards (optim/sharded_checkpoint.h): it ends in '/' or is one.
-  bool sharded() const {
-    return !save_path.empty() && (save_path.back() == '/' || std::filesystem::is_directory(save_path));
-  }
+  bool sharded() const { return ringgrad::names_directory(save_path); }
 
   // Where a run is after `step` steps, `batch` of them in epoch `epoch` (of `per_epoch`
   // batches): a finished epoch is recorded as the next one's start.

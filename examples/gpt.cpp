@@ -507,13 +507,18 @@ int main(int argc, char** argv) {
       return c;
     };
     // --save DIR/ (a directory): every rank writes the pieces it holds (gpt/sharded_state.h),
-    // rank 0 the manifest, last. The optimizer's metadata is rank 0's (the same on every
+    // rank 0 the manifest, last (--save-async: the write in the background, the commit at the
+    // next save or the end). The optimizer's metadata is rank 0's (the same on every
     // rank but for its parameter count), counted as a plain AdamW over the whole model.
+    par::AsyncShardedSaver sharded_saver;  // --save DIR/ --save-async
     auto save_shards = [&](int64_t step) {
       rg::Checkpoint c = checkpoint_info(step);
       gpt::local_optimizer(trainer).state_dict(&c.optimizer_meta);
       c.optimizer_meta["group.0.size"] = std::to_string(trainer.whole_parameter_names().size());
-      par::save_sharded(ckpt.save_path, c, gpt::shards(trainer), world.communicator(), world.device());
+      if (ckpt.save_async)  // the pieces copied now, written in the background, committed later
+        sharded_saver.save(ckpt.save_path, c, gpt::shards(trainer), world.communicator(), world.device());
+      else
+        par::save_sharded(ckpt.save_path, c, gpt::shards(trainer), world.communicator(), world.device());
     };
     // --save FILE: rank 0 writes the whole state, gathered by gather_and_save (a collective
     // under ZeRO and FSDP: every rank calls it), as one checkpoint file.
@@ -745,7 +750,8 @@ int main(int argc, char** argv) {
         save_shards(std::max(end, start_step));
       else
         write(std::max(end, start_step), model_state, optim_state, optim_meta);
-      ckpt.finish();  // --save-async: on disk before saying so
+      ckpt.finish();  // --save-async: on disk (and a directory committed) before saying so
+      sharded_saver.finish();
       if (world.is_main())
         std::printf("saved %s (step %lld)\n", ckpt.save_path.c_str(),
                     static_cast<long long>(std::max(end, start_step)));

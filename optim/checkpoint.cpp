@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ringgrad/autograd/grad_mode.h"
+#include "ringgrad/optim/sharded_checkpoint.h"
 
 namespace ringgrad {
 
@@ -180,7 +181,10 @@ void AsyncCheckpointWriter::save(Checkpoint c, const std::string& path) {
   path_ = path;
   thread_ = std::thread([this, c = std::move(c), path] {
     try {
-      save_checkpoint(c, path);
+      if (names_directory(path))
+        save_sharded_checkpoint(c, path);  // one rank's pieces: every tensor whole
+      else
+        save_checkpoint(c, path);
     } catch (...) {
       error_ = std::current_exception();
     }

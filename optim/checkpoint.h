@@ -117,8 +117,10 @@ Checkpoint checkpoint_from_metadata(const std::map<std::string, std::string>& me
 // then copies every tensor to host memory that nothing else holds (a state_dict's tensors
 // are the live parameters and moments, which the next step changes) and starts the write.
 // The write is save_checkpoint's, renamed into place when whole: a kill during it leaves the
-// previous checkpoint. The copy costs host memory the size of the checkpoint until the
-// write is done. The destructor waits too (an error then is printed, not thrown).
+// previous checkpoint. (A path naming a directory, sharded_checkpoint.h's names_directory,
+// gets save_sharded_checkpoint's: the manifest renamed last.) The copy costs host memory the size
+// of the checkpoint until the write is done. The destructor waits too (an error then is printed,
+// not thrown).
 class AsyncCheckpointWriter {
  public:
   AsyncCheckpointWriter() = default;

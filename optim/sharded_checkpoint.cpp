@@ -248,8 +248,9 @@ void write_shard_file(const std::string& dir, int64_t step, int rank, int world,
     described[s.name] = {{"shape", s.shape}, {"position", s.position}, {"runs", runs_json(s.runs)}};
   }
   fs::create_directories(fs::path(dir) / step_dir(step));
-  save_safetensors(tensors, (fs::path(dir) / rank_file(step, rank, world)).string(),
-                   {{kShardsKey, described.dump()}});
+  const std::string path = (fs::path(dir) / rank_file(step, rank, world)).string();
+  remove_stale_temporaries(path);  // a killed save's, of this step
+  save_safetensors(tensors, path, {{kShardsKey, described.dump()}});
 }
 
 void commit_sharded_checkpoint(const std::string& dir, int64_t step, int world,
@@ -434,6 +435,11 @@ ShardedCheckpoint open_sharded_checkpoint(const std::string& dir) {
 bool is_sharded_checkpoint(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec) && fs::exists(fs::path(path) / kManifest, ec);
+}
+
+bool names_directory(const std::string& path) {
+  std::error_code ec;
+  return !path.empty() && (path.back() == '/' || fs::is_directory(path, ec));
 }
 
 const ShardedCheckpoint::Entry& ShardedCheckpoint::entry(const std::string& name) const {

@@ -143,6 +143,9 @@ ShardedCheckpoint parse_sharded_manifest(const std::string& text, const std::str
 
 // True when `path` is a directory holding a manifest.json (a committed sharded checkpoint).
 bool is_sharded_checkpoint(const std::string& path);
+// True when `path` names a directory: it ends in '/' or is one (where a save writes the
+// sharded form).
+bool names_directory(const std::string& path);
 
 // Conversions with the one-file form: every tensor whole, written as one rank's, and back.
 void save_sharded_checkpoint(const Checkpoint& c, const std::string& dir);

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <set>
 #include <string>
 
+#include "ringgrad/autograd/grad_mode.h"
 #include "ringgrad/core/factory.h"
 
 namespace ringgrad::parallel {
@@ -54,6 +56,55 @@ void save_sharded(const std::string& dir, const Checkpoint& info, const std::vec
   comm.barrier();
   if (comm.rank() == 0) commit_sharded_checkpoint(dir, info.progress.step, comm.size(), info);
   comm.barrier();
+}
+
+AsyncShardedSaver::~AsyncShardedSaver() {
+  if (thread_.joinable()) thread_.join();
+  if (error_) {
+    try {
+      std::rethrow_exception(error_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+    }
+  }
+}
+
+void AsyncShardedSaver::finish() {
+  if (!pending_) return;
+  if (thread_.joinable()) thread_.join();
+  Pending p = std::move(*pending_);
+  pending_.reset();
+  if (std::exception_ptr e = std::exchange(error_, nullptr)) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& failed) {
+      fail("AsyncShardedSaver", "the background save to '", p.dir, "' failed: ", failed.what());
+    }
+  }
+  p.comm->barrier();
+  if (p.comm->rank() == 0)
+    commit_sharded_checkpoint(p.dir, p.info.progress.step, p.comm->size(), p.info);
+  p.comm->barrier();
+}
+
+void AsyncShardedSaver::save(const std::string& dir, const Checkpoint& info,
+                             const std::vector<Shard>& shards, Communicator& comm, Device device) {
+  finish();
+  std::vector<Shard> mine = owned_shards(shards, comm, device);
+  {
+    NoGradGuard no_grad;
+    for (Shard& s : mine)
+      s.local = s.local.device().is_cpu() ? s.local.detach().clone() : s.local.detach().to(kCPU);
+  }
+  pending_ = Pending{dir, info, &comm};
+  thread_ = std::thread([this, dir, step = info.progress.step, rank = comm.rank(),
+                         world = comm.size(), mine = std::move(mine)] {
+    try {
+      write_shard_file(dir, step, rank, world, mine);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
 }
 
 }  // namespace ringgrad::parallel

@@ -16,7 +16,10 @@
 // on disk. A save killed before the commit leaves the previous checkpoint as it was.
 #pragma once
 
+#include <exception>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ringgrad/optim/sharded_checkpoint.h"
@@ -33,5 +36,39 @@ std::vector<Shard> owned_shards(const std::vector<Shard>& shards, Communicator& 
 // owned_shards, write_shard_file, and on rank 0 commit_sharded_checkpoint with `info`.
 void save_sharded(const std::string& dir, const Checkpoint& info, const std::vector<Shard>& shards,
                   Communicator& comm, Device device = kCPU);
+
+// save_sharded in the background (torch.distributed.checkpoint.async_save):
+//   par::AsyncShardedSaver saver;
+//   saver.save(dir, info, mine, comm);   // the pieces copied now, this rank's file written later
+//   ... training goes on ...
+//   saver.finish();                      // every rank: the file on disk, then the commit
+// save() chooses the pieces this rank writes (a collective), copies them to host memory (the
+// parameters and moments are live tensors, which the next step changes) and starts a thread
+// that writes this rank's file. The commit (a barrier, rank 0's manifest, a barrier) needs
+// every rank's file, so it waits for the next save() or finish(), both collectives made from
+// the training thread: a save in flight when the next begins is finished first. Until the
+// commit the previous checkpoint is the one on disk: a kill during the write leaves it whole.
+// The destructor waits for the write but cannot commit (a collective): call finish().
+class AsyncShardedSaver {
+ public:
+  AsyncShardedSaver() = default;
+  AsyncShardedSaver(const AsyncShardedSaver&) = delete;
+  AsyncShardedSaver& operator=(const AsyncShardedSaver&) = delete;
+  ~AsyncShardedSaver();
+  void save(const std::string& dir, const Checkpoint& info, const std::vector<Shard>& shards,
+            Communicator& comm, Device device = kCPU);
+  void finish();
+  bool pending() const { return pending_.has_value(); }
+
+ private:
+  struct Pending {
+    std::string dir;
+    Checkpoint info;
+    Communicator* comm;
+  };
+  std::thread thread_;
+  std::exception_ptr error_;  // the write's, set by its thread
+  std::optional<Pending> pending_;
+};
 
 }  // namespace ringgrad::parallel

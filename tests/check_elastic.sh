@@ -14,6 +14,9 @@
 # and checks: the elastic job ends with status 0, rgrun said a restart for every kill
 # (with its cause), each restart after the first checkpoint resumed from it, and the final
 # checkpoint is byte for byte the uninterrupted run's. ctest runs it as elastic_gpt_2.
+# RINGGRAD_ELASTIC_DIRECTORY=1: the checkpoints are sharded directories (--save PATH/): each
+# rank's pieces, the manifest committed last; the final directories compared file by file
+# (ctest elastic_gpt_sharded_2, with --save-async).
 set -euo pipefail
 [ $# -ge 6 ] || { echo "usage: $0 WORKDIR KILLS RGRUN -n N PROGRAM ARGS..." >&2; exit 2; }
 work=$1 kills=$2 rgrun=$3
@@ -22,8 +25,10 @@ ranks=$5 program=$6
 shift 6
 rm -rf "$work" && mkdir -p "$work"
 name=$(basename "$program")
+slash=""
+[ "${RINGGRAD_ELASTIC_DIRECTORY:-0}" = 1 ] && slash=/
 
-"$rgrun" -n "$ranks" "$program" "$@" --save "$work/straight.ckpt" > "$work/straight.log" 2>&1 ||
+"$rgrun" -n "$ranks" "$program" "$@" --save "$work/straight.ckpt$slash" > "$work/straight.log" 2>&1 ||
   { cat "$work/straight.log"; echo "FAILED: the uninterrupted run" >&2; exit 1; }
 
 # Every process below PID (children, their children, …).
@@ -37,7 +42,7 @@ ranks_of() {
   descendants "$1" | while read -r p; do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$name" ] && echo "$p"; done
 }
 
-"$rgrun" --max-restarts "$kills" -n "$ranks" "$program" "$@" --save "$work/run.ckpt" --save-every 10 \
+"$rgrun" --max-restarts "$kills" -n "$ranks" "$program" "$@" --save "$work/run.ckpt$slash" --save-every 10 \
   --auto-resume > "$work/elastic.log" 2>&1 &
 job=$!
 killed=0
@@ -59,11 +64,11 @@ grep -E '^rgrun: |resumed' "$work/elastic.log" | cut -c1-160
 echo "$killed kills, $restarts restarts, $resumed resumed from a checkpoint"
 [ "$restarts" -eq "$killed" ] || { echo "FAILED: $killed ranks killed but $restarts restarts said" >&2; exit 1; }
 [ "$killed" -ge 1 ] || { echo "FAILED: the job ended before any kill (make the run longer)" >&2; exit 1; }
-if cmp -s "$work/straight.ckpt" "$work/run.ckpt"; then
+if diff -r "$work/straight.ckpt" "$work/run.ckpt" > /dev/null; then
   echo "the final checkpoint is the uninterrupted run's, byte for byte"
 else
   echo "FAILED: the elastic job's final checkpoint differs from the uninterrupted run's" >&2
   exit 1
 fi
-ls "$work"/run.ckpt.tmp.* > /dev/null 2>&1 && { echo "FAILED: a killed save's temporary file is left" >&2; exit 1; }
+[ -z "$(find "$work" -name '*.tmp.*')" ] || { echo "FAILED: a killed save's temporary file is left" >&2; exit 1; }
 echo "PASSED"
