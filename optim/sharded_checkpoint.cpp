@@ -318,13 +318,15 @@ void commit_sharded_checkpoint(const std::string& dir, int64_t step, int world,
   const std::string path = (fs::path(dir) / kManifest).string();
   remove_stale_temporaries(path);
   write_file_atomically(path, manifest.dump(1) + "\n");
-  // The checkpoint is now this step's: earlier steps' files go.
+  // The checkpoint is now this step's: earlier steps' files go (listed first, then removed).
   std::error_code ec;
+  std::vector<fs::path> earlier;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.rfind("step-", 0) == 0 && name != step_dir(step) && it->is_directory())
-      fs::remove_all(it->path(), ec);
+    if (name.rfind("step-", 0) == 0 && name != step_dir(step) && it->is_directory(ec))
+      earlier.push_back(it->path());
   }
+  for (const fs::path& p : earlier) fs::remove_all(p, ec);
 }
 
 ShardedCheckpoint parse_sharded_manifest(const std::string& text, const std::string& dir) {

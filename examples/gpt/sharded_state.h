@@ -25,6 +25,7 @@
 #include <ringgrad/optim/sharded_checkpoint.h>
 #include <ringgrad/ringgrad.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
