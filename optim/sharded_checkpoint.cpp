@@ -82,20 +82,22 @@ void check_run(const Run& r, int64_t numel, int64_t local_numel, const char* op,
            ", ", r.stride, "] within the piece's ", local_numel, " elements");
 }
 
-// The runs' stretches, sorted by where they lie in the whole tensor. At most `limit` (and
+using Piece = ShardedCheckpoint::Piece;
+
+// The pieces' stretches, sorted by where they lie in the whole tensor. At most `limit` (and
 // kMaxStretches).
-std::vector<Stretch> stretches(const std::vector<std::vector<Run>>& pieces, int64_t limit,
-                               const char* op, const std::string& who) {
+std::vector<Stretch> stretches(const std::vector<Piece>& pieces, int64_t limit, const char* op,
+                               const std::string& who) {
   limit = std::min(limit, kMaxStretches);
   int64_t count = 0;
-  for (const auto& runs : pieces)
-    for (const Run& r : runs)
+  for (const Piece& p : pieces)
+    for (const Run& r : p.runs)
       RG_CHECK(!__builtin_add_overflow(count, r.count, &count) && count <= limit, op, who,
                "expected at most ", limit, " stretches (one element each at least), got more");
   std::vector<Stretch> out;
   out.reserve(size_t(count));
   for (size_t p = 0; p < pieces.size(); ++p)
-    for (const Run& r : pieces[p])
+    for (const Run& r : pieces[p].runs)
       for (int64_t i = 0; i < r.count; ++i)
         out.push_back({r.global + i * r.stride, r.local + i * r.length, r.length, p});
   std::sort(out.begin(), out.end(),
@@ -104,22 +106,20 @@ std::vector<Stretch> stretches(const std::vector<std::vector<Run>>& pieces, int6
 }
 
 // The pieces must hold each of the tensor's elements exactly once.
-void check_tiling(const std::vector<std::vector<Run>>& pieces, int64_t numel, const char* op,
+void check_tiling(const std::vector<Piece>& pieces, int64_t numel, const char* op,
                   const std::string& who) {
   int64_t cursor = 0;
   for (const Stretch& s : stretches(pieces, numel, op, who)) {
     RG_CHECK(s.global >= cursor, op, who, "expected pieces that do not overlap, got elements [",
              s.global, ", ", std::min(cursor, s.global + s.length), ") twice");
     RG_CHECK(s.global == cursor, op, who,
-             "expected pieces that cover the tensor, got no piece for "
-             "elements [",
-             cursor, ", ", s.global, ") (a rank's file missing from the save?)");
+             "expected pieces that cover the tensor, got no piece for elements [", cursor, ", ",
+             s.global, ") (a rank's file missing from the save?)");
     cursor += s.length;
   }
   RG_CHECK(cursor == numel, op, who,
-           "expected pieces that cover the tensor, got no piece for "
-           "elements [",
-           cursor, ", ", numel, ") (a rank's file missing from the save?)");
+           "expected pieces that cover the tensor, got no piece for elements [", cursor, ", ",
+           numel, ") (a rank's file missing from the save?)");
 }
 
 Json runs_json(const std::vector<Run>& runs) {
@@ -161,9 +161,7 @@ Shape shape_from(const Json& j, const char* op, const std::string& who) {
              op, who, "expected non-negative integer dimensions below 2^63, got ", j.dump());
     shape.push_back(d.get<int64_t>());
     RG_CHECK(!__builtin_mul_overflow(n, shape.back(), &n), op, who,
-             "expected a shape whose "
-             "element count fits in 64 bits, got ",
-             j.dump());
+             "expected a shape whose element count fits in 64 bits, got ", j.dump());
   }
   return shape;
 }
@@ -259,8 +257,7 @@ void commit_sharded_checkpoint(const std::string& dir, int64_t step, int world,
     DType dtype;
     Shape shape;
     int64_t position;
-    Json shards = Json::array();
-    std::vector<std::vector<Run>> pieces = {};
+    std::vector<Piece> pieces = {};  // each rank's, its file the rank
   };
   std::map<std::string, Gathered> by_name;
   Json files = Json::array();
@@ -288,8 +285,7 @@ void commit_sharded_checkpoint(const std::string& dir, int64_t step, int world,
       RG_CHECK(it->second.shape == shape && it->second.dtype == e.dtype, kCommitOp, who,
                "expected the shape and dtype the other ranks give it, got ", shape, " ", e.dtype,
                " against ", it->second.shape, " ", it->second.dtype);
-      it->second.shards.push_back({{"file", r}, {"runs", d.at("runs")}});
-      it->second.pieces.push_back(runs_from(d.at("runs"), kCommitOp, who));
+      it->second.pieces.push_back({size_t(r), runs_from(d.at("runs"), kCommitOp, who)});
     }
     int64_t bytes = 0;
     const uint32_t crc = file_crc32(path, &bytes);
@@ -305,11 +301,13 @@ void commit_sharded_checkpoint(const std::string& dir, int64_t step, int world,
            std::tuple(group_of(b.first), b.second->position, b.first);
   });
   Json tensors = Json::array();
-  for (const auto& [name, g] : order)
-    tensors.push_back({{"name", name},
-                       {"dtype", dtype_name(g->dtype)},
-                       {"shape", g->shape},
-                       {"shards", g->shards}});
+  for (const auto& [name, g] : order) {
+    Json shards = Json::array();
+    for (const Piece& p : g->pieces)
+      shards.push_back({{"file", p.file}, {"runs", runs_json(p.runs)}});
+    tensors.push_back(
+        {{"name", name}, {"dtype", dtype_name(g->dtype)}, {"shape", g->shape}, {"shards", shards}});
+  }
   Json metadata = Json::object();
   for (const auto& [key, value] : checkpoint_metadata(info)) metadata[key] = value;
   const Json manifest = {{"format", kFormat}, {"version", kVersion},  {"step", step},
@@ -405,15 +403,13 @@ ShardedCheckpoint parse_sharded_manifest(const std::string& text, const std::str
     e.shape = shape_from(field(t, "shape", who), kOpenOp, who);
     const Json& shards = field(t, "shards", who);
     RG_CHECK(shards.is_array(), kOpenOp, who, "expected \"shards\" an array");
-    std::vector<std::vector<Run>> pieces;
     for (const Json& s : shards) {
       const size_t file = size_t(integer(s, "file", who, 0, world - 1));
       e.pieces.push_back({file, runs_from(field(s, "runs", who), kOpenOp, who)});
       for (const Run& r : e.pieces.back().runs)  // (the piece's size is checked when it is read)
         check_run(r, numel_of(e.shape), std::numeric_limits<int64_t>::max(), kOpenOp, who);
-      pieces.push_back(e.pieces.back().runs);
     }
-    check_tiling(pieces, numel_of(e.shape), kOpenOp, who);
+    check_tiling(e.pieces, numel_of(e.shape), kOpenOp, who);
     c.index_[e.name] = c.tensors.size();
     c.tensors.push_back(std::move(e));
   }
@@ -466,6 +462,24 @@ const std::map<std::string, Tensor>& ShardedCheckpoint::file_tensors(size_t i) c
   return loaded_.emplace(i, std::move(by_name)).first->second;
 }
 
+std::vector<const Tensor*> ShardedCheckpoint::held_pieces(const Entry& e) const {
+  std::vector<const Tensor*> held;
+  for (const Piece& p : e.pieces) {
+    const std::map<std::string, Tensor>& in_file = file_tensors(p.file);
+    const std::string file = (fs::path(dir) / files[p.file].path).string();
+    auto t = in_file.find(e.name);
+    RG_CHECK(t != in_file.end(), kReadOp, "'", file, "': expected tensor '", e.name,
+             "' (manifest.json places a piece of it here), found none");
+    int64_t end = 0;
+    for (const Run& r : p.runs) end = std::max(end, r.local + r.length * r.count);
+    RG_CHECK(t->second.dtype() == e.dtype && end <= t->second.numel(), kReadOp, "'", file,
+             "', tensor '", e.name, "': expected ", end, " elements of ", e.dtype,
+             " (as manifest.json says), got ", t->second.numel(), " of ", t->second.dtype());
+    held.push_back(&t->second);
+  }
+  return held;
+}
+
 void ShardedCheckpoint::read(const std::string& name, Tensor& local,
                              const std::vector<Run>& runs) const {
   const Entry& e = entry(name);
@@ -480,24 +494,8 @@ void ShardedCheckpoint::read(const std::string& name, Tensor& local,
   }
   RG_CHECK(wanted == local.numel(), kReadOp, who, "expected runs placing each of the ",
            local.numel(), " elements, got runs for ", wanted);
-  // Each piece's file holds it: the tensor, of the dtype, with the elements its runs name.
-  std::vector<const Tensor*> held;
-  std::vector<std::vector<Run>> pieces;
-  for (const Piece& p : e.pieces) {
-    const std::map<std::string, Tensor>& in_file = file_tensors(p.file);
-    const std::string file = (fs::path(dir) / files[p.file].path).string();
-    auto t = in_file.find(name);
-    RG_CHECK(t != in_file.end(), kReadOp, "'", file, "': expected tensor '", name,
-             "' (manifest.json places a piece of it here), found none");
-    int64_t end = 0;
-    for (const Run& r : p.runs) end = std::max(end, r.local + r.length * r.count);
-    RG_CHECK(t->second.dtype() == e.dtype && end <= t->second.numel(), kReadOp, "'", file,
-             "', tensor '", name, "': expected ", end, " elements of ", e.dtype,
-             " (as manifest.json says), got ", t->second.numel(), " of ", t->second.dtype());
-    held.push_back(&t->second);
-    pieces.push_back(p.runs);
-  }
-  const std::vector<Stretch> from = stretches(pieces, numel_of(e.shape), kReadOp, who);
+  const std::vector<const Tensor*> held = held_pieces(e);
+  const std::vector<Stretch> from = stretches(e.pieces, numel_of(e.shape), kReadOp, who);
   const size_t size = element_size(e.dtype);
   auto* out = static_cast<char*>(local.raw_data());
   for (const Run& r : runs)
@@ -525,10 +523,7 @@ Tensor ShardedCheckpoint::read_whole(const std::string& name) const {
   const Entry& e = entry(name);
   // The pieces' files first: the tensor is no larger than what they hold on disk.
   int64_t on_disk = 0;
-  for (const Piece& p : e.pieces) {
-    auto t = file_tensors(p.file).find(name);
-    if (t != file_tensors(p.file).end()) on_disk += t->second.numel();
-  }
+  for (const Tensor* t : held_pieces(e)) on_disk += t->numel();
   RG_CHECK(numel_of(e.shape) <= on_disk, kReadOp, "'", dir, "', tensor '", name, "': expected its ",
            numel_of(e.shape), " elements in the files manifest.json names, found ", on_disk);
   Tensor t = empty(e.shape, {.dtype = e.dtype});

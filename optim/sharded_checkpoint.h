@@ -132,6 +132,8 @@ class ShardedCheckpoint {
  private:
   friend ShardedCheckpoint parse_sharded_manifest(const std::string& text, const std::string& dir);
   const std::map<std::string, Tensor>& file_tensors(size_t file) const;  // read once, checked
+  // Each piece's tensor in its file (in e.pieces' order), checked to hold what its runs name.
+  std::vector<const Tensor*> held_pieces(const Entry& e) const;
   std::map<std::string, size_t> index_;
   mutable std::map<size_t, std::map<std::string, Tensor>> loaded_;
 };
