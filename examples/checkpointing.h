@@ -91,9 +91,7 @@ struct Checkpointing {
                                  ringgrad::Checkpoint* loaded = nullptr,
                                  ringgrad::optim::GradScaler* scaler = nullptr) const {
     if (resume_path.empty()) return {};
-    ringgrad::Checkpoint c = std::filesystem::is_directory(resume_path)
-                                 ? ringgrad::load_sharded_as_checkpoint(resume_path)
-                                 : ringgrad::load_checkpoint(resume_path);
+    ringgrad::Checkpoint c = ringgrad::load_checkpoint(resume_path);  // a file or a directory
     ringgrad::check_run(c, world_size, run);
     ringgrad::restore(c, model, opt, schedule, scaler);
     if (loaded) *loaded = c;
@@ -122,10 +120,8 @@ struct Checkpointing {
   void write(ringgrad::Checkpoint c) const {
     if (save_async)
       writer_->save(std::move(c), save_path);
-    else if (sharded())  // one rank's pieces: every tensor whole
-      ringgrad::save_sharded_checkpoint(c, save_path);
     else
-      ringgrad::save_checkpoint(c, save_path);
+      ringgrad::save_checkpoint(c, save_path);  // (a directory: one rank's pieces, every tensor whole)
   }
   // The last save on disk (--save-async: waits for it; its error is thrown here).
   void finish() const { writer_->wait(); }

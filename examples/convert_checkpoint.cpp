@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const bool from_directory = std::filesystem::is_directory(from);
-    const rg::Checkpoint c = from_directory ? rg::load_sharded_as_checkpoint(from) : rg::load_checkpoint(from);
+    const rg::Checkpoint c = rg::load_checkpoint(from);  // either form
     if (from_directory)
       rg::save_checkpoint(c, to);
     else

@@ -144,6 +144,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Checkpoint& c) {
 }
 
 void save_checkpoint(const Checkpoint& c, const std::string& path) {
+  if (names_directory(path)) return save_sharded_checkpoint(c, path);  // one rank's pieces
   remove_stale_temporaries(path);
   NamedTensors tensors;
   tensors.reserve(c.model.size() + c.optimizer.size());
@@ -181,10 +182,7 @@ void AsyncCheckpointWriter::save(Checkpoint c, const std::string& path) {
   path_ = path;
   thread_ = std::thread([this, c = std::move(c), path] {
     try {
-      if (names_directory(path))
-        save_sharded_checkpoint(c, path);  // one rank's pieces: every tensor whole
-      else
-        save_checkpoint(c, path);
+      save_checkpoint(c, path);
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -250,6 +248,8 @@ Checkpoint checkpoint_from_metadata(const std::map<std::string, std::string>& me
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return load_sharded_as_checkpoint(path);
   remove_stale_temporaries(path);
   std::map<std::string, std::string> meta;
   NamedTensors tensors = load_safetensors(path, &meta);

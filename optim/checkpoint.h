@@ -94,10 +94,14 @@ Checkpoint capture(const nn::Module& model, const optim::Optimizer& optimizer,
                    const optim::Schedule* schedule = nullptr,
                    const optim::GradScaler* scaler = nullptr);
 
-// Writes `checkpoint` to `path` as one file, atomically (see above).
+// Writes `checkpoint` to `path` as one file, atomically (see above). A path that names a
+// directory (ends in '/' or is one: sharded_checkpoint.h's names_directory) gets the sharded
+// form instead, every tensor whole as one rank's pieces (save_sharded_checkpoint).
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path);
 
-// Reads and checks a checkpoint file; errors name the file, the key and the value.
+// Reads and checks a checkpoint file; errors name the file, the key and the value. A
+// directory is read as a sharded checkpoint, every tensor put together whole
+// (load_sharded_as_checkpoint).
 Checkpoint load_checkpoint(const std::string& path);
 
 // The metadata part alone, both ways (the sharded form, sharded_checkpoint.h, keeps the same
@@ -116,11 +120,10 @@ Checkpoint checkpoint_from_metadata(const std::map<std::string, std::string>& me
 // save() first waits for the save still in flight (one at a time) and throws its error,
 // then copies every tensor to host memory that nothing else holds (a state_dict's tensors
 // are the live parameters and moments, which the next step changes) and starts the write.
-// The write is save_checkpoint's, renamed into place when whole: a kill during it leaves the
-// previous checkpoint. (A path naming a directory, sharded_checkpoint.h's names_directory,
-// gets save_sharded_checkpoint's: the manifest renamed last.) The copy costs host memory the size
-// of the checkpoint until the write is done. The destructor waits too (an error then is printed,
-// not thrown).
+// The write is save_checkpoint's, renamed into place when whole (a directory: its manifest,
+// last): a kill during it leaves the previous checkpoint. The copy costs host memory the size
+// of the checkpoint until the write is done. The destructor waits too (an error then is
+// printed, not thrown).
 class AsyncCheckpointWriter {
  public:
   AsyncCheckpointWriter() = default;
